@@ -1,0 +1,155 @@
+/* outbox-relay: parses settings, then runs the relay, applies the schema (migrate),
+ * or checks the settings and connectivity (--check-config). The only place that exits. */
+#include <ev.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "relay.h"
+#include "schema.h"
+
+#ifndef OUTBOX_VERSION
+#define OUTBOX_VERSION "dev"
+#endif
+
+extern char **environ;
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    relay_shutdown(w->data);
+}
+
+static int run(const struct config *cfg)
+{
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    char err[1024];
+    struct relay *relay = relay_new(loop, cfg, err, sizeof(err));
+    if (!relay) {
+        log_error("%s", err);
+        return 2;
+    }
+    ev_signal sigterm, sigint;
+    ev_signal_init(&sigterm, on_signal, SIGTERM);
+    ev_signal_init(&sigint, on_signal, SIGINT);
+    sigterm.data = sigint.data = relay;
+    ev_signal_start(loop, &sigterm);
+    ev_signal_start(loop, &sigint);
+    signal(SIGPIPE, SIG_IGN);
+
+    relay_start(relay);
+    ev_run(loop, 0);
+
+    int code = relay_exit_code(relay);
+    const struct relay_stats *st = relay_stats(relay);
+    log_info("relay stopped: %llu rows marked SENT, %llu produced, %llu parked",
+             (unsigned long long)st->marked, (unsigned long long)st->produced,
+             (unsigned long long)st->parked);
+    ev_signal_stop(loop, &sigterm);
+    ev_signal_stop(loop, &sigint);
+    relay_free(relay);
+    ev_loop_destroy(loop);
+    return code;
+}
+
+static PGconn *connect_blocking(const struct config *cfg)
+{
+    const char *keys[] = {"dbname", "fallback_application_name", "connect_timeout", NULL};
+    const char *vals[] = {cfg->pg_dsn, "outbox-relay", "10", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        const char *msg = PQerrorMessage(conn);
+        log_error("postgres: cannot connect: %.*s", (int)strcspn(msg, "\n"), msg);
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+static int migrate(const struct config *cfg)
+{
+    PGconn *conn = connect_blocking(cfg);
+    if (!conn)
+        return 1;
+    char err[1024];
+    int applied = 0;
+    int rc = schema_migrate(conn, cfg->table, &applied, err, sizeof(err));
+    PQfinish(conn);
+    if (rc != 0) {
+        log_error("migrate: %s", err);
+        return 1;
+    }
+    log_info("migrate: %s is at schema version %d (%d migration%s applied)", cfg->table,
+             schema_version(), applied, applied == 1 ? "" : "s");
+    return 0;
+}
+
+/* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
+static int check_config(const struct config *cfg)
+{
+    int rc = 0;
+    PGconn *conn = connect_blocking(cfg);
+    if (conn) {
+        log_info("check-config: postgres reachable (server %d)", PQserverVersion(conn));
+        PQfinish(conn);
+    } else {
+        rc = 1;
+    }
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, kerr, sizeof(kerr));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        log_error("check-config: kafka: %s", kerr);
+        return 1;
+    }
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
+    if (err) {
+        log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(err));
+        rc = 1;
+    } else {
+        log_info("check-config: kafka reachable (%d brokers)", md->broker_cnt);
+        rd_kafka_metadata_destroy(md);
+    }
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    char err[1024];
+    if (config_load(&cfg, environ, argc, argv, err, sizeof(err)) != 0) {
+        fprintf(stderr, "outbox-relay: %s\n", err);
+        config_destroy(&cfg);
+        return 2;
+    }
+    int code = 0;
+    if (cfg.show_help == 2) {
+        config_print_markdown(stdout);
+    } else if (cfg.show_help) {
+        config_print_help(stdout);
+    } else if (cfg.show_version) {
+        printf("outbox-relay %s (librdkafka %s, schema version %d)\n", OUTBOX_VERSION,
+               rd_kafka_version_str(), schema_version());
+    } else {
+        log_setup(cfg.log_level, cfg.log_format);
+        if (cfg.check_config)
+            code = check_config(&cfg);
+        else if (strcmp(cfg.command, "migrate") == 0)
+            code = migrate(&cfg);
+        else
+            code = run(&cfg);
+    }
+    config_destroy(&cfg);
+    return code;
+}

@@ -1,0 +1,491 @@
+/* Settings table, parsing from environment and flags, and validation. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum setting_type { SETTING_STRING, SETTING_INT };
+
+struct setting {
+    const char *env;
+    const char *flag;
+    enum setting_type type;
+    size_t offset;
+    const char *def;
+    long min, max;
+    int (*check)(const char *value, char *err, size_t errlen);
+    const char *help;
+};
+
+static int check_log_level(const char *v, char *err, size_t errlen)
+{
+    enum log_level l;
+    if (log_level_parse(v, &l) != 0)
+        return set_err(err, errlen, "expected one of debug, info, warn, error, got '%s'", v);
+    return 0;
+}
+
+static int check_log_format(const char *v, char *err, size_t errlen)
+{
+    enum log_format f;
+    if (log_format_parse(v, &f) != 0)
+        return set_err(err, errlen, "expected text or json, got '%s'", v);
+    return 0;
+}
+
+static int check_dsn(const char *v, char *err, size_t errlen)
+{
+    if (v[0] == '\0')
+        return 0;
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(v, &perr);
+    if (!opts) {
+        /* libpq's message names the bad part, never the password's value. */
+        int rc = set_err(err, errlen, "not a valid libpq conninfo or URI: %s",
+                         perr ? perr : "out of memory");
+        if (perr) {
+            size_t n = strlen(err);
+            while (n && (err[n - 1] == '\n' || err[n - 1] == ' '))
+                err[--n] = '\0';
+        }
+        PQfreemem(perr);
+        return rc;
+    }
+    PQconninfoFree(opts);
+    return 0;
+}
+
+static int is_ident(const char *s, size_t n)
+{
+    if (n == 0 || n > 63 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+int config_check_table(const char *v, char *err, size_t errlen)
+{
+    const char *dot = strchr(v, '.');
+    int ok = dot ? is_ident(v, (size_t)(dot - v)) && is_ident(dot + 1, strlen(dot + 1))
+                 : is_ident(v, strlen(v));
+    if (!ok)
+        return set_err(err, errlen,
+                       "expected [schema.]table of letters, digits and '_' (each part 1..63 "
+                       "characters, not starting with a digit), got '%s'", v);
+    return 0;
+}
+
+static int check_channel(const char *v, char *err, size_t errlen)
+{
+    if (v[0] != '\0' && !is_ident(v, strlen(v)))
+        return set_err(err, errlen,
+                       "expected a channel name of letters, digits and '_' (1..63 characters) "
+                       "or empty to disable LISTEN, got '%s'", v);
+    return 0;
+}
+
+int config_check_topic_template(const char *v, char *err, size_t errlen)
+{
+    if (v[0] == '\0')
+        return set_err(err, errlen, "must not be empty");
+    for (const char *p = v; *p;) {
+        if (*p == '{') {
+            const char *end = strchr(p, '}');
+            if (!end)
+                return set_err(err, errlen, "unclosed '{' in '%s'", v);
+            size_t n = (size_t)(end - p + 1);
+            if (!(n == 16 && strncmp(p, "{aggregate_type}", n) == 0) &&
+                !(n == 12 && strncmp(p, "{event_type}", n) == 0))
+                return set_err(err, errlen,
+                               "unknown placeholder '%.*s' (allowed: {aggregate_type}, "
+                               "{event_type})", (int)n, p);
+            p = end + 1;
+            continue;
+        }
+        if (!(isalnum((unsigned char)*p) || *p == '.' || *p == '_' || *p == '-'))
+            return set_err(err, errlen,
+                           "character '%c' is not allowed in a Kafka topic name "
+                           "(allowed: letters, digits, '.', '_', '-')", *p);
+        p++;
+    }
+    if (strlen(v) > 249)
+        return set_err(err, errlen, "longer than Kafka's 249-character topic limit");
+    return 0;
+}
+
+#define OFF(field) offsetof(struct config, field)
+
+static const struct setting settings[] = {
+    {"OUTBOX_PG_DSN", "pg-dsn", SETTING_STRING, OFF(pg_dsn), "", 0, 0, check_dsn,
+     "libpq conninfo or URI; empty uses libpq's PG* variables. Prefer OUTBOX_PG_DSN_FILE or a "
+     "passfile for secrets"},
+    {"OUTBOX_TABLE", "table", SETTING_STRING, OFF(table), "public.outbox", 0, 0, config_check_table,
+     "outbox table, [schema.]name"},
+    {"OUTBOX_TOPIC_TEMPLATE", "topic-template", SETTING_STRING, OFF(topic_template),
+     "outbox.event.{aggregate_type}", 0, 0, config_check_topic_template,
+     "topic for rows whose topic column is NULL; placeholders {aggregate_type}, {event_type}"},
+    {"OUTBOX_BATCH_SIZE", "batch-size", SETTING_INT, OFF(batch_size), "1000", 1, 100000, NULL,
+     "rows per claim"},
+    {"OUTBOX_POLL_INTERVAL_MS", "poll-interval-ms", SETTING_INT, OFF(poll_interval_ms), "200", 1,
+     3600000, NULL, "longest sleep between claims when idle (the adaptive poll backs off to it)"},
+    {"OUTBOX_NOTIFY_CHANNEL", "notify-channel", SETTING_STRING, OFF(notify_channel), "outbox", 0,
+     0, check_channel, "LISTEN channel woken by the optional doorbell trigger; empty disables LISTEN"},
+    {"OUTBOX_MAX_INFLIGHT", "max-inflight", SETTING_INT, OFF(max_inflight), "20000", 1, 1000000,
+     NULL, "most rows claimed but not yet marked; bounds memory and duplicates after a crash"},
+    {"OUTBOX_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", SETTING_INT, OFF(shutdown_timeout_ms),
+     "10000", 0, 3600000, NULL, "on SIGTERM, longest wait for in-flight deliveries"},
+    {"OUTBOX_STATEMENT_TIMEOUT_MS", "statement-timeout-ms", SETTING_INT,
+     OFF(statement_timeout_ms), "30000", 0, 3600000, NULL,
+     "statement_timeout of the worker connection (0 disables)"},
+    {"OUTBOX_RECONNECT_MAX_MS", "reconnect-max-ms", SETTING_INT, OFF(reconnect_max_ms), "5000",
+     10, 600000, NULL, "cap of the PostgreSQL reconnect backoff"},
+    {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
+     check_log_level, "debug, info, warn or error"},
+    {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
+     check_log_format, "text or json (one JSON object per line)"},
+};
+
+static char **str_field(struct config *cfg, const struct setting *s)
+{
+    return (char **)((char *)cfg + s->offset);
+}
+
+static int *int_field(struct config *cfg, const struct setting *s)
+{
+    return (int *)((char *)cfg + s->offset);
+}
+
+static int parse_int(const char *v, long min, long max, int *out)
+{
+    if (!*v)
+        return -1;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < min || n > max)
+        return -1;
+    *out = (int)n;
+    return 0;
+}
+
+/* Assigns one setting; origin names where the value came from. */
+static int apply(struct config *cfg, const struct setting *s, const char *value,
+                 const char *origin, char *err, size_t errlen)
+{
+    if (s->type == SETTING_INT) {
+        if (parse_int(value, s->min, s->max, int_field(cfg, s)) != 0)
+            return set_err(err, errlen, "%s: expected an integer %ld..%ld, got '%s'", origin,
+                           s->min, s->max, value);
+        return 0;
+    }
+    char detail[512];
+    if (s->check && s->check(value, detail, sizeof(detail)) != 0)
+        return set_err(err, errlen, "%s: %s", origin, detail);
+    char **f = str_field(cfg, s);
+    free(*f);
+    *f = xstrdup(value);
+    return 0;
+}
+
+static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (strcmp(cfg->kafka[i].name, name) == 0) {
+            free(cfg->kafka[i].value);
+            free(cfg->kafka[i].origin);
+            cfg->kafka[i].value = xstrdup(value);
+            cfg->kafka[i].origin = xstrdup(origin);
+            return;
+        }
+    }
+    cfg->kafka = xrealloc(cfg->kafka, (cfg->n_kafka + 1) * sizeof(*cfg->kafka));
+    cfg->kafka[cfg->n_kafka++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin)};
+}
+
+/* Reads a NAME_FILE secret: whole file, one trailing newline removed. */
+static char *read_secret(const char *path, const char *origin, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errlen, "%s: cannot read '%s': %s", origin, path, strerror(errno));
+        return NULL;
+    }
+    struct strbuf sb;
+    strbuf_init(&sb);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        strbuf_append(&sb, chunk, n);
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        strbuf_destroy(&sb);
+        set_err(err, errlen, "%s: error reading '%s'", origin, path);
+        return NULL;
+    }
+    if (sb.len && sb.buf[sb.len - 1] == '\n')
+        sb.buf[--sb.len] = '\0';
+    if (sb.len && sb.buf[sb.len - 1] == '\r')
+        sb.buf[--sb.len] = '\0';
+    return sb.buf;
+}
+
+/* Kubernetes service links for a Service named "outbox"/"outbox-kafka" produce variables
+ * such as OUTBOX_KAFKA_PORT or OUTBOX_KAFKA_SERVICE_HOST that nobody set on purpose. */
+static int is_service_link(const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= 5 && strcmp(name + n - 5, "_PORT") == 0)
+        return 1;
+    return strstr(name, "_PORT_") != NULL || strstr(name, "_SERVICE_HOST") != NULL ||
+           strstr(name, "_SERVICE_PORT") != NULL;
+}
+
+static char *kafka_name_from_env(const char *suffix)
+{
+    char *name = xstrdup(suffix);
+    for (char *p = name; *p; p++)
+        *p = *p == '_' ? '.' : (char)tolower((unsigned char)*p);
+    return name;
+}
+
+/* Checks every librdkafka property by setting it on a scratch configuration. */
+static int check_kafka_props(struct config *cfg, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int rc = 0;
+    for (size_t i = 0; i < cfg->n_kafka && rc == 0; i++) {
+        char kerr[512];
+        if (rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, kerr,
+                              sizeof(kerr)) != RD_KAFKA_CONF_OK)
+            rc = set_err(err, errlen, "%s: %s", cfg->kafka[i].origin, kerr);
+    }
+    rd_kafka_conf_destroy(conf);
+    return rc;
+}
+
+static const struct setting *find_env(const char *name, size_t n)
+{
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++)
+        if (strlen(settings[i].env) == n && strncmp(settings[i].env, name, n) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static const struct setting *find_flag(const char *name, size_t n)
+{
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++)
+        if (strlen(settings[i].flag) == n && strncmp(settings[i].flag, name, n) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+/* One environment variable "NAME=value". */
+static int load_env_var(struct config *cfg, const char *var, char *err, size_t errlen)
+{
+    if (strncmp(var, "OUTBOX_", 7) != 0)
+        return 0;
+    const char *eq = strchr(var, '=');
+    if (!eq)
+        return 0;
+    char *name = xstrndup(var, (size_t)(eq - var));
+    char *value = xstrdup(eq + 1);
+    size_t n = strlen(name);
+    int rc = 0;
+
+    /* NAME_FILE: the value is a path to read. */
+    if (n > 5 && strcmp(name + n - 5, "_FILE") == 0) {
+        name[n - 5] = '\0';
+        n -= 5;
+        if (find_env(name, n) || strncmp(name, "OUTBOX_KAFKA_", 13) == 0) {
+            char origin[300];
+            snprintf(origin, sizeof(origin), "%s_FILE", name);
+            char *secret = read_secret(value, origin, err, errlen);
+            if (!secret) {
+                rc = -1;
+                goto out;
+            }
+            free(value);
+            value = secret;
+        } else {
+            name[n] = '_';
+            n += 5;
+        }
+    }
+
+    const struct setting *s = find_env(name, n);
+    if (s) {
+        rc = apply(cfg, s, value, name, err, errlen);
+    } else if (strncmp(name, "OUTBOX_KAFKA_", 13) == 0 && name[13]) {
+        if (is_service_link(name)) {
+            log_warn("ignoring %s: looks like a Kubernetes service link variable "
+                     "(set enableServiceLinks: false on the pod)", name);
+        } else {
+            char *prop = kafka_name_from_env(name + 13);
+            add_kafka(cfg, prop, value, name);
+            free(prop);
+        }
+    } else {
+#ifdef OUTBOX_TEST_HOOKS
+        if (strncmp(name, "OUTBOX_TESTHOOK_", 16) != 0)
+#endif
+            log_warn("ignoring unknown environment variable %s", name);
+    }
+out:
+    free(name);
+    free(value);
+    return rc;
+}
+
+static void set_defaults(struct config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
+        const struct setting *s = &settings[i];
+        if (s->type == SETTING_INT)
+            parse_int(s->def, s->min, s->max, int_field(cfg, s));
+        else
+            *str_field(cfg, s) = xstrdup(s->def);
+    }
+    cfg->command = xstrdup("run");
+}
+
+int config_load(struct config *cfg, char **envp, int argc, char **argv, char *err, size_t errlen)
+{
+    set_defaults(cfg);
+
+    for (char **e = envp; e && *e; e++)
+        if (load_env_var(cfg, *e, err, errlen) != 0)
+            return -1;
+
+    int have_command = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help-markdown") == 0) {
+            cfg->show_help = 2;
+            continue;
+        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            cfg->show_help = 1;
+            continue;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            cfg->show_version = 1;
+            continue;
+        }
+        if (strcmp(arg, "--check-config") == 0) {
+            cfg->check_config = 1;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            if (have_command)
+                return set_err(err, errlen, "unexpected argument '%s' (see --help)", arg);
+            if (strcmp(arg, "run") != 0 && strcmp(arg, "migrate") != 0)
+                return set_err(err, errlen, "unknown command '%s' (commands: run, migrate)", arg);
+            free(cfg->command);
+            cfg->command = xstrdup(arg);
+            have_command = 1;
+            continue;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const char *value = eq ? eq + 1 : NULL;
+        char flag[128];
+        snprintf(flag, sizeof(flag), "--%.*s", (int)name_len, name);
+        if (!value) {
+            if (i + 1 >= argc)
+                return set_err(err, errlen, "%s: missing value", flag);
+            value = argv[++i];
+        }
+        if (name_len == 5 && strncmp(name, "kafka", 5) == 0) {
+            const char *peq = strchr(value, '=');
+            if (!peq || peq == value)
+                return set_err(err, errlen, "--kafka: expected name=value, got '%s'", value);
+            char *prop = xstrndup(value, (size_t)(peq - value));
+            char origin[300];
+            snprintf(origin, sizeof(origin), "--kafka %s", prop);
+            add_kafka(cfg, prop, peq + 1, origin);
+            free(prop);
+            continue;
+        }
+        const struct setting *s = find_flag(name, name_len);
+        if (!s)
+            return set_err(err, errlen, "unknown flag '%s' (see --help)", flag);
+        if (apply(cfg, s, value, flag, err, errlen) != 0)
+            return -1;
+    }
+
+    if (cfg->batch_size > cfg->max_inflight)
+        return set_err(err, errlen,
+                       "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
+                       "could never fit in the in-flight window", cfg->batch_size, cfg->max_inflight);
+    if (check_kafka_props(cfg, err, errlen) != 0)
+        return -1;
+    log_level_parse(cfg->log_level_name, &cfg->log_level);
+    log_format_parse(cfg->log_format_name, &cfg->log_format);
+    return 0;
+}
+
+void config_destroy(struct config *cfg)
+{
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++)
+        if (settings[i].type == SETTING_STRING) {
+            free(*str_field(cfg, &settings[i]));
+            *str_field(cfg, &settings[i]) = NULL;
+        }
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        free(cfg->kafka[i].name);
+        free(cfg->kafka[i].value);
+        free(cfg->kafka[i].origin);
+    }
+    free(cfg->kafka);
+    cfg->kafka = NULL;
+    cfg->n_kafka = 0;
+    free(cfg->command);
+    cfg->command = NULL;
+}
+
+void config_print_help(FILE *out)
+{
+    fprintf(out,
+            "usage: outbox-relay [run|migrate] [--check-config] [--SETTING VALUE]... "
+            "[--kafka NAME=VALUE]...\n\n"
+            "  run            relay PENDING outbox rows to Kafka (default)\n"
+            "  migrate        apply the schema to the outbox table and exit\n"
+            "  --check-config validate settings and reach PostgreSQL and Kafka, then exit\n"
+            "                 (0 ok, 1 unreachable, 2 invalid setting)\n\n"
+            "settings (flag, environment variable, default):\n");
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
+        const struct setting *s = &settings[i];
+        fprintf(out, "  --%-22s %-28s [%s]\n      %s\n", s->flag, s->env,
+                s->def[0] ? s->def : "", s->help);
+    }
+    fprintf(out, "  --kafka NAME=VALUE       OUTBOX_KAFKA_<NAME>\n"
+                 "      any librdkafka property; OUTBOX_KAFKA_BOOTSTRAP_SERVERS -> "
+                 "bootstrap.servers\n\n"
+                 "Any variable NAME_FILE reads NAME's value from a file.\n");
+}
+
+void config_print_markdown(FILE *out)
+{
+    fprintf(out, "| env | flag | default | meaning |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
+        const struct setting *s = &settings[i];
+        if (s->type == SETTING_INT)
+            fprintf(out, "| %s | --%s | %s | %s (%ld..%ld) |\n", s->env, s->flag, s->def, s->help,
+                    s->min, s->max);
+        else
+            fprintf(out, "| %s | --%s | %s%s%s | %s |\n", s->env, s->flag, s->def[0] ? "`" : "",
+                    s->def, s->def[0] ? "`" : "", s->help);
+    }
+    fprintf(out, "| OUTBOX_KAFKA_<NAME> | --kafka name=value | see below | any librdkafka "
+                 "property; the env name maps lower-case with `_` → `.` |\n");
+}

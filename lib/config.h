@@ -1,0 +1,60 @@
+/* Settings: one declarative table gives defaults, bounds, environment names,
+ * flags, validation and --help, so they cannot drift apart. Flags override the
+ * environment; NAME_FILE reads a setting from a file (container secrets). */
+#ifndef OUTBOX_CONFIG_H
+#define OUTBOX_CONFIG_H
+
+#include <stdio.h>
+
+#include "log.h"
+
+struct kafka_prop {
+    char *name;  /* librdkafka property, e.g. "bootstrap.servers" */
+    char *value;
+    char *origin; /* "OUTBOX_KAFKA_..." or "--kafka" (for error messages) */
+};
+
+struct config {
+    char *pg_dsn;
+    char *table;
+    char *topic_template;
+    char *notify_channel;
+    int batch_size;
+    int poll_interval_ms;
+    int max_inflight;
+    int shutdown_timeout_ms;
+    int statement_timeout_ms;
+    int reconnect_max_ms;
+    enum log_level log_level;
+    enum log_format log_format;
+    char *log_level_name;
+    char *log_format_name;
+
+    struct kafka_prop *kafka;
+    size_t n_kafka;
+
+    /* Not settings: what the command line asked for. */
+    char *command;     /* "run" (default), "migrate" */
+    int check_config;  /* --check-config */
+    int show_help;     /* --help */
+    int show_version;  /* --version */
+};
+
+/* Fills cfg from defaults, then envp (NULL-terminated "NAME=value" array), then argv.
+ * Returns 0, or -1 with a message naming the setting in err. Warnings (unknown
+ * OUTBOX_* variables, which Kubernetes service links produce) go to the log.
+ * On failure cfg is still safe to pass to config_destroy. */
+int config_load(struct config *cfg, char **envp, int argc, char **argv, char *err, size_t errlen);
+void config_destroy(struct config *cfg);
+
+/* Validates an outbox table name "[schema.]name" of plain identifiers. */
+int config_check_table(const char *table, char *err, size_t errlen);
+/* Validates a topic template: only {aggregate_type} and {event_type} placeholders,
+ * and otherwise characters Kafka allows in topic names. */
+int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
+
+void config_print_help(FILE *out);
+/* Prints the settings table as Markdown (the README's configuration reference). */
+void config_print_markdown(FILE *out);
+
+#endif

@@ -1,0 +1,24 @@
+/* Leveled logging to stderr as text lines for humans or JSON lines for machines.
+ * Thread-safe: librdkafka's log callback may call it from its own threads. */
+#ifndef OUTBOX_LOG_H
+#define OUTBOX_LOG_H
+
+#include "util.h"
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
+
+void log_setup(enum log_level level, enum log_format format);
+int log_enabled(enum log_level level);
+void log_msg(enum log_level level, const char *fmt, ...) PRINTF_LIKE(2, 3);
+
+/* Parses "debug|info|warn|error" / "text|json"; 0 on success, -1 otherwise. */
+int log_level_parse(const char *s, enum log_level *out);
+int log_format_parse(const char *s, enum log_format *out);
+
+#define log_debug(...) do { if (log_enabled(LOG_DEBUG)) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,49 @@
+/* Row -> Kafka message mapping: topic from the row or the template, key, value,
+ * headers (event_id, event_type, aggregate_type, then the row's own). Pure: no I/O,
+ * so it is unit-tested and fuzzed directly. */
+#ifndef OUTBOX_MESSAGE_H
+#define OUTBOX_MESSAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One claimed outbox row; strings are NUL-terminated, NULL where SQL NULL. */
+struct outbox_row {
+    int64_t id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *topic;
+    const char *payload;
+    size_t payload_len;
+    const char *headers; /* JSON text or NULL */
+    int64_t created_ms;  /* created_at, ms since the epoch */
+    int attempts;
+};
+
+struct message_header {
+    char *name;
+    char *value;
+};
+
+struct message {
+    char *topic;
+    struct message_header *headers;
+    size_t n_headers;
+};
+
+/* Maps a row. Returns 0, or -1 with err naming what makes the row unpublishable
+ * (bad headers JSON, reserved header, invalid topic). msg is filled on success only;
+ * release it with message_destroy. row and tmpl are borrowed. */
+int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
+                  char *err, size_t errlen);
+void message_destroy(struct message *msg);
+
+/* Expands the topic template for a row; caller frees. */
+char *message_topic(const char *tmpl, const char *aggregate_type, const char *event_type);
+
+/* 1 if name is a legal Kafka topic name (1..249 of [A-Za-z0-9._-], not "." or ".."). */
+int message_topic_valid(const char *name);
+
+#endif

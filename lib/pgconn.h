@@ -1,0 +1,48 @@
+/* One non-blocking PostgreSQL connection driven by the libev loop: asynchronous
+ * connect (PQconnectStartParams/PQconnectPoll), one query at a time with
+ * PQsendQueryParams, notifications, and reconnect with capped backoff. Never blocks. */
+#ifndef OUTBOX_PGCONN_H
+#define OUTBOX_PGCONN_H
+
+#include <ev.h>
+#include <libpq-fe.h>
+
+struct pgconn;
+
+/* The callback takes ownership of res (caller frees with PQclear). NULL means the
+ * connection was lost before the query finished (it may or may not have been applied). */
+typedef void (*pgconn_result_cb)(void *ctx, PGresult *res);
+
+struct pgconn_callbacks {
+    void (*on_ready)(void *ctx);                 /* connected and set up */
+    void (*on_lost)(void *ctx, const char *why); /* connection gone; reconnect scheduled */
+    void (*on_notify)(void *ctx, const PGnotify *notify);
+};
+
+/* name appears in logs ("worker", "listen"); dsn and setup_sql are copied.
+ * setup_sql runs once after every connect, before on_ready (may be NULL). */
+struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *dsn,
+                          const char *setup_sql, int reconnect_max_ms,
+                          const struct pgconn_callbacks *cb, void *ctx);
+void pgconn_free(struct pgconn *pg);
+
+void pgconn_start(struct pgconn *pg);
+/* Closes the connection and stops reconnecting (shutdown). */
+void pgconn_stop(struct pgconn *pg);
+/* Drops the connection and reconnects after a backoff (e.g. after a read-only error). */
+void pgconn_reset(struct pgconn *pg, const char *why);
+
+int pgconn_connected(const struct pgconn *pg); /* set up, maybe busy */
+int pgconn_idle(const struct pgconn *pg);      /* set up and no query in flight */
+
+/* Sends one statement with text parameters (copied by libpq before return).
+ * Returns 0, or -1 if not idle or the send failed (then the connection is reset). */
+int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
+                 pgconn_result_cb cb, void *ctx);
+
+/* SQLSTATE of a failed result, "" if none. */
+const char *pgconn_sqlstate(const PGresult *res);
+/* First line of a result's error message. */
+void pgconn_error_line(const PGresult *res, char *buf, size_t len);
+
+#endif

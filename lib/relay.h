@@ -1,0 +1,42 @@
+/* The relay loop: claim PENDING rows in id order, produce them, mark SENT what Kafka
+ * acknowledged, and shut down cleanly. One thread, one libev loop; see README
+ * "How it works" for the claim and ordering rules. */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include <ev.h>
+#include <stdint.h>
+
+#include "config.h"
+
+struct relay;
+
+struct relay_stats {
+    uint64_t claims;
+    uint64_t claimed;
+    uint64_t produced;
+    uint64_t acked;
+    uint64_t delivery_failures;
+    uint64_t marked;
+    uint64_t parked;
+    uint64_t resets;
+    uint64_t producer_recreated;
+};
+
+/* cfg and loop are borrowed and must outlive the relay. NULL with err on failure. */
+struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen);
+void relay_free(struct relay *r);
+
+/* Starts connecting and relaying; returns at once. The loop runs it. */
+void relay_start(struct relay *r);
+/* Stop claiming, wait (bounded) for in-flight deliveries, mark them, then break the loop.
+ * Called from the SIGTERM/SIGINT watcher; a second call exits the process at once. */
+void relay_shutdown(struct relay *r);
+/* Exit status once the loop has returned: 0 after a clean shutdown. */
+int relay_exit_code(const struct relay *r);
+
+const struct relay_stats *relay_stats(const struct relay *r);
+/* Rows claimed and not yet marked (or released). */
+size_t relay_inflight(const struct relay *r);
+
+#endif

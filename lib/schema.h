@@ -1,0 +1,33 @@
+/* Schema migrations carried in the binary (generated from schema/), applied by
+ * `outbox-relay migrate`, and the version check the relay runs at start-up. */
+#ifndef OUTBOX_SCHEMA_H
+#define OUTBOX_SCHEMA_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+struct schema_file {
+    int version;
+    const char *name;
+    const char *sql; /* with @SCHEMA@, @TABLE@, @NAME@ placeholders */
+};
+
+extern const struct schema_file schema_files[];
+extern const int schema_file_count;
+
+/* The version this build expects (the highest migration it carries). */
+int schema_version(void);
+
+/* Splits "schema.name" (or "name", schema public) into quoted parts. Caller frees all three. */
+void schema_names(const char *table, char **schema_q, char **table_q, char **name);
+
+/* Applies missing migrations to the table in one transaction under an advisory lock,
+ * with lock_timeout. Blocking: only for the migrate command, never on the relay loop.
+ * conn is borrowed. Returns 0, or -1 with err. */
+int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, size_t errlen);
+
+/* SQL returning the highest applied version for the table (NULL if none); fails with
+ * undefined_table (42P01) before the first migrate. $1 = table as configured. Caller frees. */
+char *schema_version_query(const char *table);
+
+#endif

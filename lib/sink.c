@@ -1,0 +1,241 @@
+/* Idempotent Kafka producer on the libev loop. */
+#include "sink.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+struct sink {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct sink_callbacks cb;
+    void *ctx;
+    rd_kafka_t *rk;
+    int wake[2]; /* librdkafka writes to wake[1] when the main queue becomes non-empty */
+    ev_io wake_io;
+    int brokers_down;
+    int fatal_reported;
+};
+
+/* Producer settings the relay's guarantees rest on; every one may be overridden. */
+static const char *const producer_defaults[][2] = {
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
+    {"partitioner", "murmur2_random"},
+    {"enable.gapless.guarantee", "true"},
+    {"message.timeout.ms", "0"},
+    {"linger.ms", "5"},
+    {"batch.num.messages", "10000"},
+    {"compression.codec", "lz4"},
+    {"client.id", "outbox-relay"},
+};
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    struct sink *sk = opaque;
+    if (!m->err)
+        sk->brokers_down = 0;
+    sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, m->err, m->partition);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct sink *sk = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char fatal[512];
+        rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
+        log_error("kafka: fatal producer error %s: %s", rd_kafka_err2name(ferr), fatal);
+        if (!sk->fatal_reported) {
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, fatal);
+        }
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        if (!sk->brokers_down)
+            log_warn("kafka: all brokers down: %s", reason);
+        sk->brokers_down = 1;
+        return;
+    }
+    log_warn("kafka: %s: %s", rd_kafka_err2name(err), reason);
+}
+
+/* Runs on librdkafka's threads: the logger is thread-safe. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    if (level <= 3)
+        log_error("kafka: %s: %s", fac, buf);
+    else if (level <= 4)
+        log_warn("kafka: %s: %s", fac, buf);
+    else if (level <= 6)
+        log_info("kafka: %s: %s", fac, buf);
+    else
+        log_debug("kafka: %s: %s", fac, buf);
+}
+
+static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct sink *sk = w->data;
+    char buf[256];
+    while (read(sk->wake[0], buf, sizeof(buf)) > 0)
+        ;
+    sink_poll(sk);
+}
+
+static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    for (size_t i = 0; i < ARRAY_LEN(producer_defaults); i++)
+        if (rd_kafka_conf_set(conf, producer_defaults[i][0], producer_defaults[i][1], kerr,
+                              sizeof(kerr)) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            set_err(err, errlen, "kafka default %s: %s", producer_defaults[i][0], kerr);
+            return NULL;
+        }
+    /* librdkafka's queue must hold the whole in-flight window. */
+    char qmax[32];
+    snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight + 1000);
+    rd_kafka_conf_set(conf, "queue.buffering.max.messages", qmax, kerr, sizeof(kerr));
+    for (size_t i = 0; i < sk->cfg->n_kafka; i++) {
+        const struct kafka_prop *p = &sk->cfg->kafka[i];
+        if (rd_kafka_conf_set(conf, p->name, p->value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            set_err(err, errlen, "%s: %s", p->origin, kerr);
+            return NULL;
+        }
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_opaque(conf, sk);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        set_err(err, errlen, "kafka: cannot create producer: %s", kerr);
+        return NULL;
+    }
+    rd_kafka_queue_t *mainq = rd_kafka_queue_get_main(rk);
+    rd_kafka_queue_io_event_enable(mainq, sk->wake[1], "1", 1);
+    rd_kafka_queue_destroy(mainq);
+    sk->brokers_down = 0;
+    sk->fatal_reported = 0;
+    return rk;
+}
+
+struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
+                      const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen)
+{
+    struct sink *sk = xcalloc(1, sizeof(*sk));
+    sk->loop = loop;
+    sk->cfg = cfg;
+    sk->cb = *cb;
+    sk->ctx = ctx;
+    if (pipe(sk->wake) != 0) {
+        set_err(err, errlen, "pipe: %s", strerror(errno));
+        free(sk);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(sk->wake[i], F_SETFL, fcntl(sk->wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(sk->wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    sk->rk = make_producer(sk, err, errlen);
+    if (!sk->rk) {
+        close(sk->wake[0]);
+        close(sk->wake[1]);
+        free(sk);
+        return NULL;
+    }
+    ev_io_init(&sk->wake_io, wake_cb, sk->wake[0], EV_READ);
+    sk->wake_io.data = sk;
+    ev_io_start(loop, &sk->wake_io);
+    return sk;
+}
+
+void sink_poll(struct sink *sk)
+{
+    while (sk->rk && rd_kafka_poll(sk->rk, 0) > 0)
+        ;
+}
+
+int sink_outq_len(struct sink *sk)
+{
+    return sk->rk ? rd_kafka_outq_len(sk->rk) : 0;
+}
+
+int sink_brokers_up(struct sink *sk)
+{
+    return !sk->brokers_down;
+}
+
+rd_kafka_resp_err_t sink_produce(struct sink *sk, const struct message *msg, const char *key,
+                                 const char *value, size_t value_len, int64_t timestamp_ms,
+                                 int64_t row_id)
+{
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(msg->n_headers);
+    for (size_t i = 0; i < msg->n_headers; i++)
+        rd_kafka_header_add(hdrs, msg->headers[i].name, -1, msg->headers[i].value, -1);
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        sk->rk, RD_KAFKA_V_TOPIC(msg->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, value_len),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
+        RD_KAFKA_V_OPAQUE((void *)(intptr_t)row_id), RD_KAFKA_V_END);
+    if (err)
+        rd_kafka_headers_destroy(hdrs); /* owned by the message only on success */
+    return err;
+}
+
+/* Purges the producer and serves the resulting failure reports, bounded by timeout_ms. */
+static void purge_and_drain(struct sink *sk, int timeout_ms)
+{
+    rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    int64_t deadline = mono_ms() + timeout_ms;
+    while (rd_kafka_outq_len(sk->rk) > 0 && mono_ms() < deadline)
+        rd_kafka_poll(sk->rk, 50);
+    sink_poll(sk);
+}
+
+void sink_abandon(struct sink *sk, int timeout_ms)
+{
+    if (sk->rk)
+        purge_and_drain(sk, timeout_ms);
+}
+
+int sink_recreate(struct sink *sk, char *err, size_t errlen)
+{
+    if (sk->rk) {
+        purge_and_drain(sk, 2000);
+        rd_kafka_destroy(sk->rk);
+        sk->rk = NULL;
+    }
+    sk->rk = make_producer(sk, err, errlen);
+    if (sk->rk)
+        log_info("kafka: producer recreated");
+    return sk->rk ? 0 : -1;
+}
+
+void sink_free(struct sink *sk)
+{
+    if (!sk)
+        return;
+    ev_io_stop(sk->loop, &sk->wake_io);
+    if (sk->rk) {
+        /* No callbacks from here on: the owner is going away. */
+        rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_destroy(sk->rk);
+    }
+    close(sk->wake[0]);
+    close(sk->wake[1]);
+    free(sk);
+}

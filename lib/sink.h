@@ -1,0 +1,49 @@
+/* Kafka side: an idempotent librdkafka producer whose main queue wakes the libev
+ * loop through a pipe. Delivery reports and errors are served on the loop thread. */
+#ifndef OUTBOX_SINK_H
+#define OUTBOX_SINK_H
+
+#include <ev.h>
+#include <librdkafka/rdkafka.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "message.h"
+
+struct sink;
+
+struct sink_callbacks {
+    /* One per produced message; row_id is the id given to sink_produce. */
+    void (*on_delivery)(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int32_t partition);
+    /* The producer hit a fatal error; the owner must call sink_recreate. */
+    void (*on_fatal)(void *ctx, const char *reason);
+};
+
+/* Builds the producer from cfg->kafka over the defaults (idempotence, acks=all,
+ * murmur2_random, gapless, no message timeout). cfg is borrowed and must outlive the
+ * sink. Returns NULL with err on failure. */
+struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
+                      const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
+void sink_free(struct sink *sk);
+
+/* Queues one message (payload copied). Returns RD_KAFKA_RESP_ERR_NO_ERROR, __QUEUE_FULL
+ * (backpressure: retry after deliveries), or another error for this message. */
+rd_kafka_resp_err_t sink_produce(struct sink *sk, const struct message *msg, const char *key,
+                                 const char *value, size_t value_len, int64_t timestamp_ms,
+                                 int64_t row_id);
+
+/* Purges queued and in-flight messages (their reports fail with a purge error), serves the
+ * reports, destroys the producer and builds a fresh one. Returns 0, or -1 with err. */
+int sink_recreate(struct sink *sk, char *err, size_t errlen);
+
+/* Serves delivery reports and errors now (also done whenever the queue wakes the loop). */
+void sink_poll(struct sink *sk);
+/* Messages not yet reported. */
+int sink_outq_len(struct sink *sk);
+/* Whether any broker connection is up (from the last error/broker events). */
+int sink_brokers_up(struct sink *sk);
+/* Purges everything still queued or in flight and serves the failure reports
+ * (shutdown after its timeout). Bounded by timeout_ms. */
+void sink_abandon(struct sink *sk, int timeout_ms);
+
+#endif

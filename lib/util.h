@@ -1,0 +1,48 @@
+/* Small helpers shared by every module: allocation (abort on out-of-memory, the
+ * project's one OOM policy), a growable string buffer, and monotonic time. */
+#ifndef OUTBOX_UTIL_H
+#define OUTBOX_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PRINTF_LIKE(f, a)
+#endif
+
+void *xmalloc(size_t size);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *ptr, size_t size);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+/* Growable NUL-terminated byte buffer; embedded, so strbuf_init/strbuf_destroy. */
+struct strbuf {
+    char *buf;
+    size_t len;
+    size_t cap;
+};
+
+void strbuf_init(struct strbuf *sb);
+void strbuf_destroy(struct strbuf *sb);
+void strbuf_reset(struct strbuf *sb);
+void strbuf_append(struct strbuf *sb, const char *data, size_t len);
+void strbuf_puts(struct strbuf *sb, const char *s);
+void strbuf_printf(struct strbuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* Appends s as a JSON string literal (with quotes). */
+void strbuf_json_string(struct strbuf *sb, const char *s, size_t len);
+
+/* Monotonic clock in milliseconds / microseconds; wall clock in milliseconds. */
+int64_t mono_ms(void);
+int64_t mono_us(void);
+int64_t wall_ms(void);
+
+/* Formats into err (may be NULL) and returns -1, for "return set_err(...)". */
+int set_err(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
+
+#endif

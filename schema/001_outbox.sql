@@ -1,0 +1,69 @@
+-- 001: the outbox table, its indexes and the optional doorbell.
+-- Placeholders (filled by `outbox-relay migrate`, never by string input from writers):
+--   @SCHEMA@  quoted schema, @TABLE@  quoted schema.table, @NAME@  bare table name.
+
+CREATE TABLE @TABLE@ (
+    id              bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,
+    event_id        uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
+    aggregate_type  text NOT NULL,
+    aggregate_id    text NOT NULL,
+    event_type      text NOT NULL,
+    topic           text,
+    payload         jsonb,
+    headers         jsonb,
+    status          text NOT NULL DEFAULT 'PENDING'
+                    CONSTRAINT "@NAME@_status_check" CHECK (status IN ('PENDING', 'SENT', 'FAILED')),
+    attempts        integer NOT NULL DEFAULT 0,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    sent_at         timestamptz,
+    -- Lease partition (64 of them, fixed): many relays on one table split the partitions.
+    -- Derived from the key, so one key always stays in one partition.
+    lease_partition smallint NOT NULL
+                    GENERATED ALWAYS AS (((hashtext(aggregate_id) & 2147483647) % 64)::smallint) STORED
+);
+
+-- The claim walks this index from the bottom in id order; marked rows leave it at vacuum.
+CREATE INDEX "@NAME@_pending_idx" ON @TABLE@ (id) WHERE status = 'PENDING';
+-- Parked rows, looked up by key so that later rows of a parked key wait.
+CREATE INDEX "@NAME@_failed_idx" ON @TABLE@ (aggregate_id) WHERE status = 'FAILED';
+
+-- A queue table: vacuum it often and without throttling, so the dead head of the
+-- pending index stays short.
+ALTER TABLE @TABLE@ SET (
+    fillfactor = 90,
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 20000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- Conditional doorbell. The relay arms it only when it is idle; the first writer that
+-- finds it armed disarms it and sends one NOTIFY. A busy relay leaves it disarmed, so
+-- writers then pay one read of a one-row table, not NOTIFY's cluster-wide commit lock.
+CREATE TABLE @SCHEMA@."@NAME@_doorbell" (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    armed    boolean NOT NULL DEFAULT false,
+    channel  text NOT NULL DEFAULT 'outbox'
+);
+INSERT INTO @SCHEMA@."@NAME@_doorbell" DEFAULT VALUES;
+
+CREATE FUNCTION @SCHEMA@."@NAME@_ring_doorbell"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    ch text;
+BEGIN
+    IF (SELECT armed FROM @SCHEMA@."@NAME@_doorbell") THEN
+        UPDATE @SCHEMA@."@NAME@_doorbell" SET armed = false WHERE armed RETURNING channel INTO ch;
+        IF ch IS NOT NULL THEN
+            PERFORM pg_notify(ch, '');
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER "@NAME@_doorbell" AFTER INSERT ON @TABLE@
+    FOR EACH STATEMENT EXECUTE FUNCTION @SCHEMA@."@NAME@_ring_doorbell"();

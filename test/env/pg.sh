@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Throwaway PostgreSQL 15 cluster (Debian packages) for tests, demo and bench.
+#   pg.sh start DIR PORT    initdb DIR if new, start on 127.0.0.1:PORT (trust auth, db "outbox")
+#   pg.sh stop DIR          fast shutdown
+#   pg.sh kill DIR          immediate shutdown (crash-like)
+# initdb and pg_ctl refuse to run as root, so as root they run as the "postgres" user.
+set -euo pipefail
+bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+
+as_owner() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+start() {
+    local dir=$1 port=$2
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+        as_owner "$bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
+            { cat "$dir/initdb.log" >&2; return 1; }
+        cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 256MB
+max_connections = 200
+max_prepared_transactions = 10
+log_min_messages = warning
+CONF
+    fi
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+        { tail -20 "$dir/server.log" >&2; return 1; }
+    "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc \
+        "SELECT 1 FROM pg_database WHERE datname='outbox'" | grep -q 1 ||
+        "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE outbox"
+}
+
+stop() {
+    local dir=$1 mode=${2:-fast}
+    [ -f "$dir/data/postmaster.pid" ] || return 0
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >/dev/null
+}
+
+case ${1:-} in
+start) start "$2" "$3" ;;
+stop) stop "$2" ;;
+kill) stop "$2" immediate ;;
+*) echo "usage: $0 start DIR PORT | stop DIR | kill DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,151 @@
+/* Unit tests: settings from defaults, environment, flags, _FILE, and invalid input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tap.h"
+
+static int load(struct config *cfg, char **env, char **argv, char *err, size_t errlen)
+{
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    return config_load(cfg, env, argc, argv, err, errlen);
+}
+
+static void test_defaults(void)
+{
+    struct config cfg;
+    char err[512];
+    char *env[] = {NULL};
+    char *argv[] = {"outbox-relay", NULL};
+    is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "defaults load");
+    is_str(cfg.table, "public.outbox", "default table");
+    is_str(cfg.topic_template, "outbox.event.{aggregate_type}", "default topic template");
+    is_int(cfg.batch_size, 1000, "default batch size");
+    is_str(cfg.notify_channel, "outbox", "default channel");
+    is_str(cfg.command, "run", "default command is run");
+    config_destroy(&cfg);
+}
+
+static void test_env_and_flags(void)
+{
+    struct config cfg;
+    char err[512];
+    char *env[] = {"OUTBOX_BATCH_SIZE=50", "OUTBOX_TABLE=app.events",
+                   "OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "OUTBOX_KAFKA_LINGER_MS=7",
+                   "PATH=/bin", NULL};
+    char *argv[] = {"outbox-relay", "migrate", "--batch-size", "70", "--kafka", "linger.ms=9",
+                    "--poll-interval-ms=33", NULL};
+    is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "env + flags load: %s", err);
+    is_int(cfg.batch_size, 70, "flag overrides env");
+    is_int(cfg.poll_interval_ms, 33, "--name=value form");
+    is_str(cfg.table, "app.events", "env sets table");
+    is_str(cfg.command, "migrate", "command parsed");
+    int found_bootstrap = 0, linger_ok = 0;
+    for (size_t i = 0; i < cfg.n_kafka; i++) {
+        if (strcmp(cfg.kafka[i].name, "bootstrap.servers") == 0 &&
+            strcmp(cfg.kafka[i].value, "127.0.0.1:1") == 0)
+            found_bootstrap = 1;
+        if (strcmp(cfg.kafka[i].name, "linger.ms") == 0 && strcmp(cfg.kafka[i].value, "9") == 0)
+            linger_ok = 1;
+    }
+    ok(found_bootstrap, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS maps to bootstrap.servers");
+    ok(linger_ok, "--kafka overrides OUTBOX_KAFKA_LINGER_MS");
+    config_destroy(&cfg);
+}
+
+static void test_file_secret(void)
+{
+    char path[] = "/tmp/outbox-test-dsn-XXXXXX";
+    int fd = mkstemp(path);
+    const char *dsn = "host=127.0.0.1 password=s3cret\n";
+    ok(write(fd, dsn, strlen(dsn)) == (ssize_t)strlen(dsn), "secret file written");
+    close(fd);
+    char var[128];
+    snprintf(var, sizeof(var), "OUTBOX_PG_DSN_FILE=%s", path);
+    char *env[] = {var, NULL};
+    char *argv[] = {"outbox-relay", NULL};
+    struct config cfg;
+    char err[512];
+    is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "_FILE loads: %s", err);
+    is_str(cfg.pg_dsn, "host=127.0.0.1 password=s3cret", "DSN read from file, newline trimmed");
+    config_destroy(&cfg);
+    unlink(path);
+}
+
+static void test_service_links_ignored(void)
+{
+    char *env[] = {"OUTBOX_KAFKA_PORT=tcp://10.0.0.1:9092", "OUTBOX_KAFKA_SERVICE_HOST=10.0.0.1",
+                   "OUTBOX_SOMETHING=1", NULL};
+    char *argv[] = {"outbox-relay", NULL};
+    struct config cfg;
+    char err[512];
+    is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "service-link variables do not stop start-up");
+    is_int(cfg.n_kafka, 0, "and do not become librdkafka properties");
+    config_destroy(&cfg);
+}
+
+struct bad_case {
+    const char *env;
+    const char *flag1, *flag2;
+    const char *must_contain;
+};
+
+static void test_invalid(void)
+{
+    static const struct bad_case cases[] = {
+        {"OUTBOX_BATCH_SIZE=abc", NULL, NULL, "OUTBOX_BATCH_SIZE"},
+        {"OUTBOX_BATCH_SIZE=0", NULL, NULL, "OUTBOX_BATCH_SIZE"},
+        {"OUTBOX_BATCH_SIZE=100001", NULL, NULL, "OUTBOX_BATCH_SIZE"},
+        {"OUTBOX_POLL_INTERVAL_MS=-5", NULL, NULL, "OUTBOX_POLL_INTERVAL_MS"},
+        {"OUTBOX_MAX_INFLIGHT=1x", NULL, NULL, "OUTBOX_MAX_INFLIGHT"},
+        {NULL, "--batch-size", "9999999999", "--batch-size"},
+        {NULL, "--no-such-flag", "1", "--no-such-flag"},
+        {NULL, "--kafka", "no.such.property=1", "no.such.property"},
+        {"OUTBOX_KAFKA_NO_SUCH_PROPERTY=1", NULL, NULL, "OUTBOX_KAFKA_NO_SUCH_PROPERTY"},
+        {NULL, "--kafka", "acks", "--kafka"},
+        {NULL, "--kafka", "acks=maybe", "acks"},
+        {"OUTBOX_PG_DSN=host=x port", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgresql://h/db?nosuchoption=1", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_TOPIC_TEMPLATE=events.{nope}", NULL, NULL, "OUTBOX_TOPIC_TEMPLATE"},
+        {"OUTBOX_TOPIC_TEMPLATE=events/{aggregate_type}", NULL, NULL, "OUTBOX_TOPIC_TEMPLATE"},
+        {"OUTBOX_TOPIC_TEMPLATE=", NULL, NULL, "OUTBOX_TOPIC_TEMPLATE"},
+        {"OUTBOX_TOPIC_TEMPLATE=x.{aggregate_type", NULL, NULL, "OUTBOX_TOPIC_TEMPLATE"},
+        {"OUTBOX_TABLE=public.out box", NULL, NULL, "OUTBOX_TABLE"},
+        {"OUTBOX_TABLE=a.b.c", NULL, NULL, "OUTBOX_TABLE"},
+        {"OUTBOX_TABLE=x\"; drop table y", NULL, NULL, "OUTBOX_TABLE"},
+        {"OUTBOX_NOTIFY_CHANNEL=bad-channel", NULL, NULL, "OUTBOX_NOTIFY_CHANNEL"},
+        {"OUTBOX_LOG_LEVEL=loud", NULL, NULL, "OUTBOX_LOG_LEVEL"},
+        {"OUTBOX_LOG_FORMAT=xml", NULL, NULL, "OUTBOX_LOG_FORMAT"},
+        {"OUTBOX_PG_DSN_FILE=/nonexistent/secret", NULL, NULL, "OUTBOX_PG_DSN_FILE"},
+        {NULL, "--batch-size", NULL, "--batch-size"},
+        {NULL, "frobnicate", NULL, "frobnicate"},
+        {"OUTBOX_BATCH_SIZE=5000", "--max-inflight", "100", "OUTBOX_MAX_INFLIGHT"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct bad_case *c = &cases[i];
+        char *env[] = {(char *)c->env, NULL};
+        char *argv[4] = {"outbox-relay", (char *)c->flag1, (char *)c->flag2, NULL};
+        struct config cfg;
+        char err[512] = "";
+        int rc = load(&cfg, env, argv, err, sizeof(err));
+        ok(rc == -1 && strstr(err, c->must_contain) != NULL, "invalid %s %s %s -> error naming %s (%s)",
+           c->env ? c->env : "", c->flag1 ? c->flag1 : "", c->flag2 ? c->flag2 : "",
+           c->must_contain, err);
+        ok(strstr(err, "s3cret") == NULL, "error text has no secret");
+        config_destroy(&cfg);
+    }
+}
+
+int main(void)
+{
+    test_defaults();
+    test_env_and_flags();
+    test_file_secret();
+    test_service_links_ignored();
+    test_invalid();
+    return done();
+}

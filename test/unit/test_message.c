@@ -1,0 +1,97 @@
+/* Unit tests: row -> Kafka message mapping (topic, headers, poison detection). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "message.h"
+#include "tap.h"
+
+static struct outbox_row base_row(void)
+{
+    struct outbox_row row = {
+        .id = 7,
+        .event_id = "0b7c1f0e-1111-4222-8333-444455556666",
+        .aggregate_type = "order",
+        .aggregate_id = "order-42",
+        .event_type = "OrderPlaced",
+        .payload = "{\"a\": 1}",
+        .payload_len = 8,
+        .created_ms = 1700000000000,
+    };
+    return row;
+}
+
+static const char *header(const struct message *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_headers; i++)
+        if (strcmp(m->headers[i].name, name) == 0)
+            return m->headers[i].value;
+    return NULL;
+}
+
+int main(void)
+{
+    char err[256];
+    struct message m;
+
+    struct outbox_row row = base_row();
+    is_int(message_build(&row, "outbox.event.{aggregate_type}", &m, err, sizeof(err)), 0, "builds");
+    is_str(m.topic, "outbox.event.order", "topic from template");
+    is_str(header(&m, "event_id"), row.event_id, "event_id header");
+    is_str(header(&m, "event_type"), "OrderPlaced", "event_type header");
+    is_str(header(&m, "aggregate_type"), "order", "aggregate_type header");
+    message_destroy(&m);
+
+    is_int(message_build(&row, "{aggregate_type}.{event_type}-v1", &m, err, sizeof(err)), 0,
+           "two placeholders");
+    is_str(m.topic, "order.OrderPlaced-v1", "both placeholders expanded");
+    message_destroy(&m);
+
+    row.topic = "explicit.topic";
+    is_int(message_build(&row, "ignored.{aggregate_type}", &m, err, sizeof(err)), 0, "topic column");
+    is_str(m.topic, "explicit.topic", "topic column overrides the template");
+    message_destroy(&m);
+
+    row = base_row();
+    row.headers = "{\"trace\": \"abc\", \"tenant\": \"t1\"}";
+    is_int(message_build(&row, "t.{aggregate_type}", &m, err, sizeof(err)), 0, "row headers");
+    is_str(header(&m, "trace"), "abc", "row header trace");
+    is_str(header(&m, "tenant"), "t1", "row header tenant");
+    is_int(m.n_headers, 5, "3 standard + 2 row headers");
+    message_destroy(&m);
+
+    row.headers = "null";
+    is_int(message_build(&row, "t", &m, err, sizeof(err)), 0, "JSON null headers are none");
+    is_int(m.n_headers, 3, "only standard headers");
+    message_destroy(&m);
+
+    static const struct {
+        const char *headers, *topic, *tmpl, *want;
+    } poison[] = {
+        {"[1,2]", NULL, "t", "JSON object"},
+        {"{\"n\": 5}", NULL, "t", "'n' is not a string"},
+        {"{\"event_id\": \"spoof\"}", NULL, "t", "reserved"},
+        {"{broken", NULL, "t", "not valid JSON"},
+        {"{\"\": \"x\"}", NULL, "t", "empty header name"},
+        {NULL, "bad topic!", "t", "not a valid Kafka topic"},
+        {NULL, "..", "t", "not a valid Kafka topic"},
+        {NULL, NULL, "events.{aggregate_type}", "not a valid Kafka topic"},
+    };
+    for (size_t i = 0; i < sizeof(poison) / sizeof(poison[0]); i++) {
+        row = base_row();
+        row.headers = poison[i].headers;
+        row.topic = poison[i].topic;
+        if (i == 7)
+            row.aggregate_type = "has space";
+        err[0] = '\0';
+        int rc = message_build(&row, poison[i].tmpl, &m, err, sizeof(err));
+        ok(rc == -1 && strstr(err, poison[i].want), "poison case %zu rejected: %s", i, err);
+    }
+
+    char long_name[300];
+    memset(long_name, 'a', 250);
+    long_name[250] = '\0';
+    ok(!message_topic_valid(long_name), "250-character topic rejected");
+    long_name[249] = '\0';
+    ok(message_topic_valid(long_name), "249-character topic accepted");
+    return done();
+}
