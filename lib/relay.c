@@ -93,7 +93,7 @@ struct relay {
     uint64_t stats_marked_logged;
     ev_prepare kick_prepare;
 
-#ifdef OUTBOX_TEST_HOOKS
+#ifdef RELAYTEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
 #endif
 };
@@ -518,7 +518,7 @@ static void mark_done(void *ctx, PGresult *res)
 
 static void send_mark(struct relay *r)
 {
-#ifdef OUTBOX_TEST_HOOKS
+#ifdef RELAYTEST_HOOKS
     if (r->test_kill_before_mark_after > 0 &&
         r->stats.acked >= (uint64_t)r->test_kill_before_mark_after) {
         log_warn("test hook: SIGKILL before marking %zu acknowledged rows",
@@ -927,7 +927,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
-#ifdef OUTBOX_TEST_HOOKS
+#ifdef RELAYTEST_HOOKS
     const char *hook = getenv("OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER");
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
 #endif

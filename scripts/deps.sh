@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the demo need, from Debian packages, when missing.
+# Runs apt-get (update first) only if something is missing; uses sudo when not root.
+set -euo pipefail
+
+packages=(
+    gcc pkg-config meson ninja-build
+    libpq-dev librdkafka-dev libev-dev libjansson-dev
+    postgresql-15 postgresql-client-15
+    openjdk-17-jre-headless maven
+    valgrind
+)
+[ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "deps: installing ${missing[*]}" >&2
+sudo=()
+[ "$(id -u)" = 0 ] || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q >&2
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Starts a throwaway PostgreSQL 15 cluster and a single-node Kafka for tests, demo and bench.
+# Source it: `. scripts/servers.sh; servers_start` exports RELAYTEST_PG_PORT, RELAYTEST_PG_DIR,
+# RELAYTEST_KAFKA_PORT, RELAYTEST_KAFKA_DIR; `servers_stop` removes everything.
+_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+_free_port() { # first port from $1 whose port and port+1 are both free
+    local p=$1
+    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; do
+        p=$((p + 2))
+    done
+    echo "$p"
+}
+
+servers_start() {
+    RELAYTEST_SERVERS_DIR=$(mktemp -d /tmp/outbox-servers.XXXXXX)
+    chmod 755 "$RELAYTEST_SERVERS_DIR"
+    export RELAYTEST_SERVERS_DIR
+    export RELAYTEST_PG_DIR=$RELAYTEST_SERVERS_DIR/pg
+    export RELAYTEST_KAFKA_DIR=$RELAYTEST_SERVERS_DIR/kafka
+    RELAYTEST_PG_PORT=$(_free_port "${RELAYTEST_PG_PORT_BASE:-25432}")
+    export RELAYTEST_PG_PORT
+    bash "$_here/../test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT" || return 1
+    RELAYTEST_KAFKA_PORT=$(_free_port "${RELAYTEST_KAFKA_PORT_BASE:-29092}")
+    export RELAYTEST_KAFKA_PORT
+    bash "$_here/../test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT" || return 1
+    echo "servers: PostgreSQL on 127.0.0.1:$RELAYTEST_PG_PORT, Kafka on 127.0.0.1:$RELAYTEST_KAFKA_PORT ($RELAYTEST_SERVERS_DIR)" >&2
+}
+
+servers_stop() {
+    [ -n "${RELAYTEST_SERVERS_DIR:-}" ] || return 0
+    bash "$_here/../test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR" || true
+    bash "$_here/../test/env/pg.sh" kill "$RELAYTEST_PG_DIR" >/dev/null 2>&1 || true
+    rm -rf "$RELAYTEST_SERVERS_DIR"
+    RELAYTEST_SERVERS_DIR=
+}

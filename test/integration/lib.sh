@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Shared helpers for integration tests. The runner (scripts/test.sh) starts PostgreSQL and
+# Kafka and exports: RELAYTEST_PG_PORT, RELAYTEST_PG_DIR, RELAYTEST_KAFKA_PORT,
+# RELAYTEST_KAFKA_DIR, RELAYTEST_RELAY_BIN, RELAYTEST_CHECK_BIN, RELAYTEST_SRC.
+# A test that cannot reach its servers fails; it never skips.
+set -euo pipefail
+
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+TEST_NAME=$(basename "$0" .sh)
+: "${RELAYTEST_PG_PORT:?run through scripts/test.sh (PostgreSQL not started)}"
+: "${RELAYTEST_KAFKA_PORT:?run through scripts/test.sh (Kafka not started)}"
+BOOTSTRAP=127.0.0.1:$RELAYTEST_KAFKA_PORT
+DB=t_${TEST_NAME//-/_}
+DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$DB"
+WORK=$(mktemp -d "/tmp/outbox-it-$TEST_NAME.XXXXXX")
+TOPIC_PREFIX="it.$TEST_NAME.$(date +%s%N | cut -c1-13)"
+RELAY_PIDS=()
+
+log() { printf '# [%s %s] %s\n' "$(date +%H:%M:%S)" "$TEST_NAME" "$*"; }
+
+fail() {
+    log "FAIL: $*"
+    for f in "$WORK"/relay*.log; do
+        [ -f "$f" ] || continue
+        log "---- last lines of $f"
+        tail -n 40 "$f" | sed 's/^/#   /'
+    done
+    exit 1
+}
+
+cleanup() {
+    local pid
+    for pid in "${RELAY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+psqlc() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "$1"; }
+
+setup_db() {
+    "$PG_BIN/psql" -X -q -At "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
+        -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" ||
+        fail "cannot reach PostgreSQL on port $RELAYTEST_PG_PORT"
+    OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
+        { cat "$WORK/migrate.log"; fail "migrate failed"; }
+    psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
+}
+
+# The relay's environment for this test; tests add settings to RELAY_ENV (NAME=value).
+relay_env() {
+    RELAY_BASE_ENV=(OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
+        OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
+        OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}")
+}
+
+# start_relay NAME [flags...]: runs the relay in the background, log in $WORK/relay-NAME.log
+start_relay() {
+    local name=$1
+    shift
+    relay_env
+    env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" "$RELAYTEST_RELAY_BIN" "$@" >>"$WORK/relay-$name.log" 2>&1 &
+    local pid=$!
+    RELAY_PIDS+=("$pid")
+    eval "RELAY_PID_$name=$pid"
+    echo "$pid"
+}
+RELAY_ENV=()
+
+relay_pid() { eval "echo \${RELAY_PID_$1}"; }
+
+# stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
+stop_relay() {
+    local pid
+    pid=$(relay_pid "$1")
+    kill -TERM "$pid" 2>/dev/null || true
+    local rc=0
+    wait "$pid" || rc=$?
+    return $rc
+}
+
+kill_relay() {
+    local pid
+    pid=$(relay_pid "$1")
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+count_status() { psqlc "SELECT count(*) FROM outbox WHERE status = '$1'"; }
+
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND until it succeeds.
+wait_until() {
+    local secs=$1 what=$2
+    shift 2
+    local deadline=$((SECONDS + secs))
+    until "$@"; do
+        [ $SECONDS -lt $deadline ] || fail "timed out after ${secs}s waiting for: $what"
+        sleep 0.2
+    done
+}
+
+all_sent() { [ "$(count_status PENDING)" = 0 ] && [ "$(count_status FAILED)" = 0 ]; }
+
+# writers CLIENTS TRANSACTIONS KEYS [AGG_TYPE]: concurrent writers that follow the writer
+# rule (lock the aggregate row, then insert the outbox row, in one transaction).
+writers() {
+    local clients=$1 tx=$2 keys=$3 agg=${4:-order}
+    psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, $keys) g ON CONFLICT DO NOTHING"
+    cat >"$WORK/writer.sql" <<SQL
+\set k random(1, $keys)
+BEGIN;
+UPDATE aggregate SET version = version + 1 WHERE id = 'k' || :k;
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('$agg', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k, 'pad', repeat('x', 200)));
+COMMIT;
+SQL
+    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c "$clients" -j 2 \
+        -t "$tx" -f "$WORK/writer.sql" "$DB" >"$WORK/pgbench.log" 2>&1 ||
+        { cat "$WORK/pgbench.log"; fail "writers failed"; }
+}
+
+# check TOPICS [outbox-check flags]: compares Kafka with the table; prints the CHECK line.
+check() {
+    local topics=$1
+    shift
+    "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox ORDER BY id" \
+        >"$WORK/expected.tsv"
+    "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" "$@" \
+        >"$WORK/check.out" 2>"$WORK/check.err"
+    local rc=$?
+    cat "$WORK/check.out"
+    grep -v 'has [0-9]* partitions' "$WORK/check.err" | head -20 | sed 's/^/# /' || true
+    return $rc
+}

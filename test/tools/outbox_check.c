@@ -1,0 +1,293 @@
+/* Test checker: consumes every partition of the given topics from the beginning up to
+ * the high watermark and compares with the rows the outbox table holds.
+ *
+ *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact]
+ *                [--no-partition-check]
+ *
+ * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id".
+ * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
+ * partition_mismatches=.. unexpected=.." and exits 1 if anything was lost, reordered per
+ * key (first deliveries out of id order), in the wrong partition (murmur2), unknown, or
+ * (with --exact) delivered twice. */
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "murmur2.h"
+
+struct expected_row {
+    long long id;
+    char event_id[40];
+    char *key;
+    int seen;
+};
+
+struct key_state {
+    char *key;
+    long long last_first_id;
+    int partition;
+    char *topic;
+};
+
+static struct expected_row *rows;
+static size_t n_rows;
+static struct key_state *keys;
+static size_t n_keys, cap_keys;
+static rd_kafka_topic_partition_list_t *assign; /* global: reachable at any exit */
+
+static int cmp_event(const void *a, const void *b)
+{
+    return strcmp(((const struct expected_row *)a)->event_id, ((const struct expected_row *)b)->event_id);
+}
+
+static struct expected_row *find_event(const char *event_id)
+{
+    struct expected_row probe;
+    snprintf(probe.event_id, sizeof(probe.event_id), "%s", event_id);
+    return bsearch(&probe, rows, n_rows, sizeof(*rows), cmp_event);
+}
+
+/* Linear probe hash of keys. */
+static size_t hash_str(const char *s)
+{
+    size_t h = 1469598103934665603ULL;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+    return h;
+}
+
+static struct key_state *key_get(const char *key)
+{
+    if (n_keys * 2 >= cap_keys) {
+        size_t old_cap = cap_keys;
+        struct key_state *old = keys;
+        cap_keys = cap_keys ? cap_keys * 2 : 1024;
+        keys = calloc(cap_keys, sizeof(*keys));
+        for (size_t i = 0; i < old_cap; i++) {
+            if (!old[i].key)
+                continue;
+            size_t j = hash_str(old[i].key) % cap_keys;
+            while (keys[j].key)
+                j = (j + 1) % cap_keys;
+            keys[j] = old[i];
+        }
+        free(old);
+    }
+    size_t j = hash_str(key) % cap_keys;
+    while (keys[j].key && strcmp(keys[j].key, key) != 0)
+        j = (j + 1) % cap_keys;
+    if (!keys[j].key) {
+        keys[j].key = strdup(key);
+        keys[j].partition = -1;
+        n_keys++;
+    }
+    return &keys[j];
+}
+
+static void load_expected(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    size_t cap = 1024;
+    rows = malloc(cap * sizeof(*rows));
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
+        if (!id || !ev || !key)
+            continue;
+        if (n_rows == cap)
+            rows = realloc(rows, (cap *= 2) * sizeof(*rows));
+        rows[n_rows].id = atoll(id);
+        snprintf(rows[n_rows].event_id, sizeof(rows[n_rows].event_id), "%s", ev);
+        rows[n_rows].key = strdup(key);
+        rows[n_rows].seen = 0;
+        n_rows++;
+    }
+    fclose(f);
+    qsort(rows, n_rows, sizeof(*rows), cmp_event);
+}
+
+int main(int argc, char **argv)
+{
+    const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
+    int exact = 0, partition_check = 1, verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
+            bootstrap = argv[++i];
+        else if (!strcmp(argv[i], "--topics") && i + 1 < argc)
+            topics = argv[++i];
+        else if (!strcmp(argv[i], "--expected") && i + 1 < argc)
+            expected = argv[++i];
+        else if (!strcmp(argv[i], "--exact"))
+            exact = 1;
+        else if (!strcmp(argv[i], "--no-partition-check"))
+            partition_check = 0;
+        else if (!strcmp(argv[i], "--verbose"))
+            verbose = 1;
+        else {
+            fprintf(stderr, "usage: outbox-check --bootstrap B --topics T1,T2 --expected FILE "
+                            "[--exact] [--no-partition-check] [--verbose]\n");
+            return 2;
+        }
+    }
+    if (!bootstrap || !topics || !expected) {
+        fprintf(stderr, "outbox-check: --bootstrap, --topics and --expected are required\n");
+        return 2;
+    }
+    load_expected(expected);
+
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "group.id", "outbox-check", errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr))) {
+        fprintf(stderr, "outbox-check: %s\n", errstr);
+        return 2;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    if (!rk) {
+        fprintf(stderr, "outbox-check: %s\n", errstr);
+        return 2;
+    }
+
+    /* Assign every partition of every topic from the beginning; remember high watermarks. */
+    assign = rd_kafka_topic_partition_list_new(64);
+    char *list = strdup(topics);
+    long long total_to_read = 0;
+    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, t, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, 10000);
+        if (err || md->topic_cnt != 1 || md->topics[0].err) {
+            fprintf(stderr, "outbox-check: topic %s: %s\n", t,
+                    rd_kafka_err2str(err ? err : md->topics[0].err));
+            return 2;
+        }
+        int np = md->topics[0].partition_cnt;
+        for (int p = 0; p < np; p++) {
+            int64_t lo, hi;
+            err = rd_kafka_query_watermark_offsets(rk, t, p, &lo, &hi, 10000);
+            if (err) {
+                fprintf(stderr, "outbox-check: watermarks %s/%d: %s\n", t, p, rd_kafka_err2str(err));
+                return 2;
+            }
+            if (hi > lo) {
+                rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(assign, t, p);
+                tp->offset = RD_KAFKA_OFFSET_BEGINNING;
+                total_to_read += hi - lo;
+            }
+        }
+        fprintf(stderr, "outbox-check: topic %s has %d partitions\n", t, np);
+        rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+    }
+    free(list);
+
+    long long delivered = 0, duplicates = 0, order_violations = 0, mismatches = 0, unexpected = 0;
+    int eof_left = assign->cnt;
+    if (assign->cnt)
+        rd_kafka_assign(rk, assign);
+    /* Partition counts per topic, for the murmur2 check. */
+    while (eof_left > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 10000);
+        if (!m) {
+            fprintf(stderr, "outbox-check: no message for 10 s with %d partitions unread\n", eof_left);
+            return 2;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            eof_left--;
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if (m->err) {
+            fprintf(stderr, "outbox-check: consume: %s\n", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        delivered++;
+        rd_kafka_headers_t *hdrs = NULL;
+        const void *val = NULL;
+        size_t vlen = 0;
+        char event_id[64] = "";
+        if (rd_kafka_message_headers(m, &hdrs) == 0 &&
+            rd_kafka_header_get_last(hdrs, "event_id", &val, &vlen) == 0 && vlen < sizeof(event_id)) {
+            memcpy(event_id, val, vlen);
+            event_id[vlen] = '\0';
+        }
+        struct expected_row *row = find_event(event_id);
+        if (!row) {
+            unexpected++;
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        char key[1024];
+        snprintf(key, sizeof(key), "%.*s", (int)m->key_len, (const char *)m->key);
+        const char *topic = rd_kafka_topic_name(m->rkt);
+        if (strcmp(key, row->key) != 0) {
+            fprintf(stderr, "outbox-check: event %s has key '%s', row says '%s'\n", event_id, key, row->key);
+            mismatches++;
+        }
+        if (partition_check) {
+            const struct rd_kafka_metadata *md = NULL;
+            static char last_topic[256];
+            static int last_np;
+            if (strcmp(last_topic, topic) != 0) {
+                if (rd_kafka_metadata(rk, 0, m->rkt, &md, 10000) == 0) {
+                    last_np = md->topics[0].partition_cnt;
+                    rd_kafka_metadata_destroy(md);
+                    snprintf(last_topic, sizeof(last_topic), "%s", topic);
+                }
+            }
+            if (last_np > 0 && kafka_key_partition(m->key, m->key_len, last_np) != m->partition) {
+                if (mismatches < 5)
+                    fprintf(stderr, "outbox-check: key '%s' in partition %d, murmur2 says %d\n", key,
+                            m->partition, kafka_key_partition(m->key, m->key_len, last_np));
+                mismatches++;
+            }
+        }
+        if (row->seen++) {
+            duplicates++;
+        } else {
+            struct key_state *ks = key_get(key);
+            if (ks->last_first_id >= row->id) {
+                if (order_violations < 10)
+                    fprintf(stderr, "outbox-check: key '%s': first delivery of id %lld after id %lld\n",
+                            key, row->id, ks->last_first_id);
+                order_violations++;
+            }
+            if (ks->partition >= 0 && (ks->partition != m->partition || strcmp(ks->topic, topic))) {
+                fprintf(stderr, "outbox-check: key '%s' seen in two partitions\n", key);
+                mismatches++;
+            }
+            ks->last_first_id = row->id;
+            ks->partition = m->partition;
+            if (!ks->topic)
+                ks->topic = strdup(topic);
+        }
+        if (verbose)
+            printf("%s\t%d\t%lld\t%s\t%lld\n", topic, m->partition, (long long)m->offset, key, row->id);
+        rd_kafka_message_destroy(m);
+    }
+
+    long long unique = 0, lost = 0;
+    for (size_t i = 0; i < n_rows; i++) {
+        if (rows[i].seen)
+            unique++;
+        else if (lost++ < 10)
+            fprintf(stderr, "outbox-check: lost id %lld event %s\n", rows[i].id, rows[i].event_id);
+    }
+    printf("CHECK expected=%zu delivered_unique=%lld lost=%lld duplicates=%lld order_violations=%lld "
+           "partition_mismatches=%lld unexpected=%lld\n",
+           n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected);
+    rd_kafka_topic_partition_list_destroy(assign);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    int bad = lost || order_violations || mismatches || unexpected || (exact && duplicates);
+    return bad ? 1 : 0;
+}
