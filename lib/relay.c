@@ -346,8 +346,8 @@ static void version_done(void *ctx, PGresult *res)
     if (!res)
         return;
     if (!result_ok(res)) {
-        const char *state = pgconn_sqlstate(res);
-        char line[512];
+        char state[8], line[512];
+        snprintf(state, sizeof(state), "%s", pgconn_sqlstate(res));
         pgconn_error_line(res, line, sizeof(line));
         PQclear(res);
         if (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Invalid settings stop start-up with exit 2 and a message naming the setting; an
+# unmigrated table stops it with exit 1 and says to migrate; --check-config exits 1 when
+# PostgreSQL or Kafka cannot be reached.
+. "$(dirname "$0")/lib.sh"
+cases=(
+    "OUTBOX_BATCH_SIZE=abc|OUTBOX_BATCH_SIZE"
+    "OUTBOX_BATCH_SIZE=0|OUTBOX_BATCH_SIZE"
+    "OUTBOX_POLL_INTERVAL_MS=soon|OUTBOX_POLL_INTERVAL_MS"
+    "OUTBOX_MAX_INFLIGHT=-1|OUTBOX_MAX_INFLIGHT"
+    "OUTBOX_SHUTDOWN_TIMEOUT_MS=1e3|OUTBOX_SHUTDOWN_TIMEOUT_MS"
+    "OUTBOX_STATEMENT_TIMEOUT_MS=99999999999|OUTBOX_STATEMENT_TIMEOUT_MS"
+    "OUTBOX_RECONNECT_MAX_MS=1|OUTBOX_RECONNECT_MAX_MS"
+    "OUTBOX_TABLE=1bad|OUTBOX_TABLE"
+    "OUTBOX_TABLE=a.b.c|OUTBOX_TABLE"
+    "OUTBOX_TOPIC_TEMPLATE=x.{unknown}|OUTBOX_TOPIC_TEMPLATE"
+    "OUTBOX_TOPIC_TEMPLATE=with space|OUTBOX_TOPIC_TEMPLATE"
+    "OUTBOX_NOTIFY_CHANNEL=no-dash|OUTBOX_NOTIFY_CHANNEL"
+    "OUTBOX_LOG_LEVEL=verbose|OUTBOX_LOG_LEVEL"
+    "OUTBOX_LOG_FORMAT=yaml|OUTBOX_LOG_FORMAT"
+    "OUTBOX_PG_DSN=host=h port|OUTBOX_PG_DSN"
+    "OUTBOX_PG_DSN=postgres://h/db?bogus=1|OUTBOX_PG_DSN"
+    "OUTBOX_PG_DSN_FILE=/nonexistent/dsn|OUTBOX_PG_DSN_FILE"
+    "OUTBOX_KAFKA_NOT_A_PROPERTY=1|OUTBOX_KAFKA_NOT_A_PROPERTY"
+    "OUTBOX_KAFKA_ACKS=sometimes|OUTBOX_KAFKA_ACKS"
+    "OUTBOX_KAFKA_LINGER_MS=-3|OUTBOX_KAFKA_LINGER_MS"
+    "--batch-size=many|--batch-size"
+    "--no-such-flag=1|--no-such-flag"
+    "--kafka=no.such.prop=1|no.such.prop"
+    "--kafka=compression.codec=zip|compression.codec"
+    "--max-inflight=10|OUTBOX_MAX_INFLIGHT"
+    "--table|--table"
+)
+n=0
+for c in "${cases[@]}"; do
+    setting=${c%%|*}
+    want=${c##*|}
+    if [[ $setting == --* ]]; then
+        out=$("$RELAYTEST_RELAY_BIN" "$setting" 2>&1) && rc=0 || rc=$?
+    else
+        out=$(env "$setting" "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
+    fi
+    [ "$rc" = 2 ] || fail "$setting: expected exit 2, got $rc ($out)"
+    grep -qF -- "$want" <<<"$out" || fail "$setting: message does not name $want: $out"
+    n=$((n + 1))
+done
+log "$n invalid settings rejected with exit 2 and a message naming the setting"
+
+out=$(env OUTBOX_PG_DSN="host=127.0.0.1 port=1 connect_timeout=2" OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1 \
+    "$RELAYTEST_RELAY_BIN" --check-config 2>&1) && rc=0 || rc=$?
+[ "$rc" = 1 ] || fail "--check-config with unreachable hosts: expected exit 1, got $rc"
+grep -q "postgres: cannot connect" <<<"$out" || fail "--check-config did not name PostgreSQL: $out"
+grep -q "kafka unreachable" <<<"$out" || fail "--check-config did not name Kafka: $out"
+
+"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
+    -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
+out=$(env OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" timeout 30 "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
+[ "$rc" = 1 ] || fail "unmigrated table: expected exit 1, got $rc"
+grep -q "run \`outbox-relay migrate\`" <<<"$out" || fail "unmigrated table: message does not say to migrate: $out"
+psqlc "SELECT 1" >/dev/null
+OUTBOX_PG_DSN="$DSN" "$RELAYTEST_RELAY_BIN" migrate >/dev/null 2>&1
+psqlc "UPDATE outbox_relay_schema SET version = 99"
+out=$(env OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" timeout 30 "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
+[ "$rc" = 1 ] && grep -q "schema version 99" <<<"$out" || fail "schema version mismatch not refused: rc=$rc $out"
+log "ok"
