@@ -333,7 +333,7 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
             free(prop);
         }
     } else {
-#ifdef RELAYTEST_HOOKS
+#ifdef OUTBOX_TEST_HOOKS
         if (strncmp(name, "OUTBOX_TESTHOOK_", 16) != 0)
 #endif
             log_warn("ignoring unknown environment variable %s", name);

@@ -93,8 +93,9 @@ struct relay {
     uint64_t stats_marked_logged;
     ev_prepare kick_prepare;
 
-#ifdef RELAYTEST_HOOKS
+#ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
+    long long test_fatal_after;            /* raise a fatal producer error after this many acks */
 #endif
 };
 
@@ -518,7 +519,7 @@ static void mark_done(void *ctx, PGresult *res)
 
 static void send_mark(struct relay *r)
 {
-#ifdef RELAYTEST_HOOKS
+#ifdef OUTBOX_TEST_HOOKS
     if (r->test_kill_before_mark_after > 0 &&
         r->stats.acked >= (uint64_t)r->test_kill_before_mark_after) {
         log_warn("test hook: SIGKILL before marking %zu acknowledged rows",
@@ -734,6 +735,12 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int3
     if (!err) {
         set_state(r, row, ROW_ACKED);
         r->stats.acked++;
+#ifdef OUTBOX_TEST_HOOKS
+        if (r->test_fatal_after > 0 && r->stats.acked == (uint64_t)r->test_fatal_after) {
+            log_warn("test hook: injecting a fatal producer error");
+            sink_test_fatal(r->sink);
+        }
+#endif
         if (r->mode == MODE_RUNNING)
             backoff_reset(&r->reset_backoff);
     } else {
@@ -927,9 +934,11 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
-#ifdef RELAYTEST_HOOKS
+#ifdef OUTBOX_TEST_HOOKS
     const char *hook = getenv("OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER");
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
+    r->test_fatal_after = hook ? atoll(hook) : 0;
 #endif
     return r;
 }

@@ -239,3 +239,11 @@ void sink_free(struct sink *sk)
     close(sk->wake[1]);
     free(sk);
 }
+
+#ifdef OUTBOX_TEST_HOOKS
+void sink_test_fatal(struct sink *sk)
+{
+    rd_kafka_test_fatal_error(sk->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              "test hook: injected fatal error");
+}
+#endif

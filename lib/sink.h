@@ -46,4 +46,9 @@ int sink_brokers_up(struct sink *sk);
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);
 
+#ifdef OUTBOX_TEST_HOOKS
+/* Test builds only: raise a fatal producer error as a broker would. */
+void sink_test_fatal(struct sink *sk);
+#endif
+
 #endif
