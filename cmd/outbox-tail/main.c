@@ -1,0 +1,98 @@
+/* outbox-tail: prints the messages arriving on a topic with their key and headers, from
+ * every partition. For the demo and for operators checking what the relay publishes.
+ *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning] */
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *bootstrap = NULL, *topic = NULL;
+    int from_beginning = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
+            bootstrap = argv[++i];
+        else if (!strcmp(argv[i], "--topic") && i + 1 < argc)
+            topic = argv[++i];
+        else if (!strcmp(argv[i], "--from-beginning"))
+            from_beginning = 1;
+        else {
+            fprintf(stderr, "usage: outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]\n");
+            return 2;
+        }
+    }
+    if (!bootstrap || !topic) {
+        fprintf(stderr, "outbox-tail: --bootstrap and --topic are required\n");
+        return 2;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "group.id", "outbox-tail", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err))) {
+        fprintf(stderr, "outbox-tail: %s\n", err);
+        return 2;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    if (!rk) {
+        fprintf(stderr, "outbox-tail: %s\n", err);
+        return 2;
+    }
+    /* Wait for the topic (the relay creates it with its first message). */
+    int partitions = 0;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    while (!stop && partitions == 0) {
+        const struct rd_kafka_metadata *md = NULL;
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0) {
+            if (md->topic_cnt == 1 && !md->topics[0].err)
+                partitions = md->topics[0].partition_cnt;
+            rd_kafka_metadata_destroy(md);
+        }
+        if (!partitions)
+            sleep(1);
+    }
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_topic_partition_list_add(list, topic, p)->offset =
+            from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_END;
+    rd_kafka_assign(rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    fprintf(stderr, "outbox-tail: reading %s (%d partitions)\n", topic, partitions);
+
+    while (!stop) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
+        if (!m)
+            continue;
+        if (!m->err) {
+            printf("%s[%d]@%lld key=%.*s", topic, m->partition, (long long)m->offset,
+                   (int)m->key_len, (const char *)m->key);
+            rd_kafka_headers_t *hdrs;
+            if (rd_kafka_message_headers(m, &hdrs) == 0) {
+                const char *name;
+                const void *val;
+                size_t len;
+                for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &len) == 0; i++)
+                    printf(" %s=%.*s", name, (int)len, (const char *)val);
+            }
+            printf(" value=%.*s\n", (int)m->len, (const char *)m->payload);
+            fflush(stdout);
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return 0;
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End-to-end demo on a fresh machine: installs what it needs, starts a throwaway PostgreSQL
+# and Kafka, migrates the outbox table, runs the relay and a demo writer, and shows the
+# events arriving in Kafka. Ctrl-C stops everything cleanly and removes the servers.
+#   DEMO_SECONDS=N scripts/demo.sh   stops by itself after N seconds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== installing packages and fetching the Kafka broker (first run only)"
+bash scripts/deps.sh
+bash test/env/kafka.sh fetch
+echo "== building"
+[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
+ninja -C build >/dev/null
+
+. scripts/servers.sh
+pids=()
+finish() {
+    trap - INT TERM EXIT
+    echo
+    echo "== stopping"
+    [ -n "${writer:-}" ] && kill "$writer" 2>/dev/null
+    if [ -n "${relay:-}" ]; then
+        kill -TERM "$relay" 2>/dev/null && wait "$relay" 2>/dev/null
+        echo "relay exited; its last lines:"
+        tail -n 3 "$workdir/relay.log"
+    fi
+    [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
+    wait 2>/dev/null
+    servers_stop
+    rm -rf "$workdir"
+}
+trap finish INT TERM EXIT
+workdir=$(mktemp -d /tmp/outbox-demo.XXXXXX)
+
+echo "== starting PostgreSQL 15 and Kafka"
+servers_start
+export OUTBOX_PG_DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
+export OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KAFKA_PORT"
+
+echo "== outbox-relay migrate"
+./build/outbox-relay migrate
+psql -X -q "$OUTBOX_PG_DSN" -c "CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY, total numeric NOT NULL)"
+
+echo "== starting the relay (log: $workdir/relay.log)"
+./build/outbox-relay >"$workdir/relay.log" 2>&1 &
+relay=$!
+
+echo "== starting the demo writer: one order and its outbox row per transaction"
+(
+    n=0
+    while true; do
+        n=$((n + 1))
+        psql -X -q "$OUTBOX_PG_DSN" -c "BEGIN;
+            INSERT INTO orders VALUES ('order-$n', $((RANDOM % 500)).99);
+            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+              VALUES ('order', 'order-$n', 'OrderPlaced', jsonb_build_object('order_id', 'order-$n', 'n', $n));
+            COMMIT;" >/dev/null 2>&1 || true
+        sleep 0.5
+    done
+) &
+writer=$!
+
+echo "== events consumed from Kafka topic outbox.event.order (Ctrl-C to stop):"
+./build/outbox-tail --bootstrap "$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" --topic outbox.event.order --from-beginning &
+tail_pid=$!
+if [ -n "${DEMO_SECONDS:-}" ]; then
+    sleep "$DEMO_SECONDS"
+    echo "== rows by status: $(psql -X -At "$OUTBOX_PG_DSN" -c "SELECT string_agg(status || '=' || n, ' ') FROM (SELECT status, count(*) n FROM outbox GROUP BY 1) s")"
+else
+    wait "$tail_pid"
+fi
