@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum setting_type { SETTING_STRING, SETTING_INT };
 
@@ -120,6 +121,72 @@ int config_check_topic_template(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+int config_parse_duration(const char *v, int *seconds)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || errno || n < 0)
+        return -1;
+    long mult = 1;
+    if (*end == 's')
+        end++;
+    else if (*end == 'm')
+        mult = 60, end++;
+    else if (*end == 'h')
+        mult = 3600, end++;
+    else if (*end == 'd')
+        mult = 86400, end++;
+    if (*end || n > 3650L * 86400 / mult)
+        return -1;
+    *seconds = (int)(n * mult);
+    return 0;
+}
+
+static int check_duration(const char *v, char *err, size_t errlen)
+{
+    int s;
+    if (config_parse_duration(v, &s) != 0)
+        return set_err(err, errlen, "expected a duration like 3600, 90s, 15m, 24h or 7d (0 "
+                       "disables), got '%s'", v);
+    return 0;
+}
+
+static int check_policy(const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "block") != 0 && strcmp(v, "skip") != 0)
+        return set_err(err, errlen, "expected block or skip, got '%s'", v);
+    return 0;
+}
+
+static int check_optional_topic(const char *v, char *err, size_t errlen)
+{
+    if (v[0] == '\0')
+        return 0;
+    if (strchr(v, '{'))
+        return set_err(err, errlen, "a fixed topic name, not a template, got '%s'", v);
+    return config_check_topic_template(v, err, errlen);
+}
+
+static int check_http_addr(const char *v, char *err, size_t errlen)
+{
+    if (v[0] == '\0')
+        return 0;
+    const char *colon = strrchr(v, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon[1] == '\0' || *end || port < 1 || port > 65535)
+        return set_err(err, errlen, "expected host:port or :port (empty disables), got '%s'", v);
+    return 0;
+}
+
+static int check_relay_name(const char *v, char *err, size_t errlen)
+{
+    if (strlen(v) > 200)
+        return set_err(err, errlen, "longer than 200 characters");
+    return 0;
+}
+
 #define OFF(field) offsetof(struct config, field)
 
 static const struct setting settings[] = {
@@ -146,6 +213,27 @@ static const struct setting settings[] = {
      "statement_timeout of the worker connection (0 disables)"},
     {"OUTBOX_RECONNECT_MAX_MS", "reconnect-max-ms", SETTING_INT, OFF(reconnect_max_ms), "5000",
      10, 600000, NULL, "cap of the PostgreSQL reconnect backoff"},
+    {"OUTBOX_HTTP_ADDR", "http-addr", SETTING_STRING, OFF(http_addr), ":9481", 0, 0,
+     check_http_addr, "listen address of /metrics, /healthz, /readyz, /status; empty disables"},
+    {"OUTBOX_READY_STRICT", "ready-strict", SETTING_INT, OFF(ready_strict), "0", 0, 1, NULL,
+     "1: /readyz fails while PostgreSQL or Kafka is unreachable (default 0: a Kafka outage "
+     "shows as degraded, not unready)"},
+    {"OUTBOX_MAX_ATTEMPTS", "max-attempts", SETTING_INT, OFF(max_attempts), "3", 1, 1000, NULL,
+     "failures of a row published alone (errors that belong to the row) before it is parked"},
+    {"OUTBOX_POISON_POLICY", "poison-policy", SETTING_STRING, OFF(poison_policy), "block", 0, 0,
+     check_policy, "block: later rows of a parked row's key wait for requeue; skip: they flow"},
+    {"OUTBOX_DEAD_LETTER_TOPIC", "dead-letter-topic", SETTING_STRING, OFF(dead_letter_topic), "",
+     0, 0, check_optional_topic, "topic that also receives parked rows; empty disables"},
+    {"OUTBOX_TOPIC_PAUSE_MS", "topic-pause-ms", SETTING_INT, OFF(topic_pause_ms), "30000", 100,
+     3600000, NULL, "how long a topic with a topic-level error is paused before it is tried again"},
+    {"OUTBOX_RETENTION", "retention", SETTING_STRING, OFF(retention), "24h", 0, 0, check_duration,
+     "SENT rows older than this are deleted in small batches; 0 keeps them"},
+    {"OUTBOX_LONG_TRANSACTION_SECONDS", "long-transaction-seconds", SETTING_INT,
+     OFF(long_tx_seconds), "30", 1, 86400, NULL,
+     "a transaction open longer than this is reported (log line and metric)"},
+    {"OUTBOX_RELAY_NAME", "relay-name", SETTING_STRING, OFF(relay_name), "", 0, 0,
+     check_relay_name, "this relay's name in logs, application_name and outboxctl status; "
+     "empty uses the host name"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
@@ -429,6 +517,13 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
                        "could never fit in the in-flight window", cfg->batch_size, cfg->max_inflight);
     if (check_kafka_props(cfg, err, errlen) != 0)
         return -1;
+    config_parse_duration(cfg->retention, &cfg->retention_seconds);
+    if (cfg->relay_name[0] == '\0') {
+        char host[256] = "";
+        gethostname(host, sizeof(host) - 1);
+        free(cfg->relay_name);
+        cfg->relay_name = xstrdup(host[0] ? host : "outbox-relay");
+    }
     log_level_parse(cfg->log_level_name, &cfg->log_level);
     log_format_parse(cfg->log_format_name, &cfg->log_format);
     return 0;

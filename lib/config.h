@@ -25,6 +25,16 @@ struct config {
     int shutdown_timeout_ms;
     int statement_timeout_ms;
     int reconnect_max_ms;
+    char *http_addr;
+    int ready_strict;
+    int max_attempts;
+    char *poison_policy;
+    char *dead_letter_topic;
+    char *retention;
+    int retention_seconds; /* parsed from retention; 0 disables */
+    int long_tx_seconds;
+    char *relay_name;
+    int topic_pause_ms;
     enum log_level log_level;
     enum log_format log_format;
     char *log_level_name;
@@ -49,6 +59,8 @@ void config_destroy(struct config *cfg);
 
 /* Validates an outbox table name "[schema.]name" of plain identifiers. */
 int config_check_table(const char *table, char *err, size_t errlen);
+/* Parses a duration "90", "90s", "15m", "24h", "7d" into seconds; 0 disables. */
+int config_parse_duration(const char *s, int *seconds);
 /* Validates a topic template: only {aggregate_type} and {event_type} placeholders,
  * and otherwise characters Kafka allows in topic names. */
 int config_check_topic_template(const char *tmpl, char *err, size_t errlen);

@@ -1,5 +1,6 @@
-/* The relay loop: claim -> produce -> delivery reports -> mark SENT, with the
- * in-flight window, adaptive poll, doorbell, resets after failed deliveries, and the
+/* The relay loop: claim -> produce -> delivery reports -> mark SENT, with the in-flight
+ * window, adaptive poll and doorbell, resets after failed deliveries, poison rows (isolate,
+ * count attempts, park), paused topics, stall diagnosis, metrics publishing, and the
  * shutdown state machine. */
 #include "relay.h"
 
@@ -9,48 +10,63 @@
 #include <unistd.h>
 
 #include "backoff.h"
+#include "http.h"
 #include "log.h"
 #include "message.h"
+#include "monitor.h"
+#include "outbox.h"
 #include "pgconn.h"
 #include "schema.h"
 #include "sink.h"
 #include "util.h"
 
+#ifndef OUTBOX_VERSION
+#define OUTBOX_VERSION "dev"
+#endif
+
 #define MIN_POLL_DELAY_MS 5
 #define MARK_MAX_IDS 10000
-#define STATS_INTERVAL_S 10.0
+#define LOG_INTERVAL_S 10.0
+#define PUBLISH_INTERVAL_S 0.5
+#define STALL_AFTER_MS 30000
+#define MAX_PAUSED 16
 
 enum row_state { ROW_QUEUED, ROW_PRODUCED, ROW_ACKED, ROW_MARKING, ROW_FAILED, ROW_PARKING, ROW_STATES };
 
-/* A claimed row not yet marked: the in-flight window. Kept sorted by id. */
+/* A claimed row not yet marked: the in-flight window, kept sorted by id. */
 struct inflight_row {
     int64_t id;
     int64_t created_ms;
+    int attempts;
     enum row_state state;
+    rd_kafka_resp_err_t err;   /* delivery error while ROW_FAILED */
+    enum failure_reason fail;
 };
 
 enum relay_mode { MODE_RUNNING, MODE_RESETTING, MODE_DRAINING, MODE_DONE };
 
-enum worker_query { Q_NONE, Q_VERSION, Q_CLAIM, Q_MARK, Q_PARK, Q_NOTE_FAILED, Q_ARM };
-
-struct park {
+/* A row to write back: parked (FAILED) or one failed-alone attempt counted. */
+struct row_update {
     int64_t id;
     char *reason;
+    int count_attempt; /* 1: attempts+1, parks at OUTBOX_MAX_ATTEMPTS; 0: park now */
+};
+
+struct paused_topic {
+    char name[250];
+    int64_t until_ms;
 };
 
 struct relay {
     struct ev_loop *loop;
     const struct config *cfg;
+    struct outbox_sql sql;
     struct pgconn *worker;
     struct pgconn *listener;
     struct sink *sink;
-
-    char *sql_claim;
-    char *sql_mark;
-    char *sql_park;
-    char *sql_note_failed;
-    char *sql_arm;
-    char *sql_version;
+    struct monitor *monitor;
+    struct http *http;
+    struct metrics m;
 
     struct inflight_row *rows;
     size_t n_rows, cap_rows;
@@ -63,11 +79,17 @@ struct relay {
     char **blocked_keys;
     size_t n_blocked_keys;
 
-    struct park *parks;
-    size_t n_parks;
-    size_t parks_sent;
+    struct row_update *updates; /* parks and counted attempts, written before the next claim */
+    size_t n_updates;
 
-    enum worker_query query;
+    struct paused_topic paused[MAX_PAUSED];
+    size_t n_paused;
+
+    /* Isolation: after a row-level error in a batch, rows are published one at a time
+     * until past this id, so the guilty row fails alone (and only then is counted). */
+    int64_t isolate_until_id;
+
+    int busy; /* a worker statement is in flight */
     int schema_ok; /* version checked on the current worker connection */
     int schema_logged;
     int claim_wanted;
@@ -88,9 +110,12 @@ struct relay {
     int shutdown_requests;
     int exit_code;
 
-    ev_timer stats_timer;
-    struct relay_stats stats;
-    uint64_t stats_marked_logged;
+    ev_timer log_timer;
+    uint64_t marked_logged;
+    ev_timer publish_timer;
+    int64_t last_progress_ms;
+    uint64_t last_progress_marked;
+    const char *stall_logged;
     ev_prepare kick_prepare;
 
 #ifdef OUTBOX_TEST_HOOKS
@@ -162,64 +187,7 @@ static void remove_one(struct relay *r, struct inflight_row *row)
     r->n_rows--;
 }
 
-/* ---- SQL ----------------------------------------------------------------- */
-
-static void build_sql(struct relay *r)
-{
-    char *schema_q, *table_q, *name;
-    schema_names(r->cfg->table, &schema_q, &table_q, &name);
-    struct strbuf sb;
-
-    /* Every claim starts at the bottom of the pending index and skips only the rows in
-     * flight: it scans the gaps between in-flight ids ($1 = gap starts, $2 = gap ends), so
-     * a row that commits late below rows already published is still found, and in id
-     * order with the later rows of its key. Keys with a parked row wait. */
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, "
-                  "o.topic, o.payload::text, o.headers::text, "
-                  "(extract(epoch FROM o.created_at) * 1000)::int8, o.attempts "
-                  "FROM unnest($1::int8[], $2::int8[]) AS g(lo, hi) "
-                  "CROSS JOIN LATERAL ("
-                  " SELECT * FROM %s p"
-                  " WHERE p.status = 'PENDING' AND p.id BETWEEN g.lo AND g.hi"
-                  " AND NOT EXISTS (SELECT 1 FROM %s f"
-                  "  WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)"
-                  " ORDER BY p.id LIMIT $3) o "
-                  "ORDER BY o.id LIMIT $3",
-                  table_q, table_q);
-    r->sql_claim = sb.buf;
-
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET status = 'SENT', sent_at = clock_timestamp() "
-                  "WHERE id = ANY($1::int8[]) AND status = 'PENDING'",
-                  table_q);
-    r->sql_mark = sb.buf;
-
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
-                  "WHERE id = $1::int8 AND status = 'PENDING'",
-                  table_q);
-    r->sql_park = sb.buf;
-
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET attempts = attempts + 1, last_error = $2 "
-                  "WHERE id = ANY($1::int8[]) AND status = 'PENDING'",
-                  table_q);
-    r->sql_note_failed = sb.buf;
-
-    strbuf_init(&sb);
-    strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1", schema_q, name);
-    r->sql_arm = sb.buf;
-
-    r->sql_version = schema_version_query(r->cfg->table);
-    free(schema_q);
-    free(table_q);
-    free(name);
-}
+/* ---- helpers ------------------------------------------------------------- */
 
 /* Callbacks that run inside kick (delivery reports) ask for another kick, which runs
  * before the loop next waits for events. */
@@ -268,6 +236,66 @@ static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
     kick(w->data);
 }
 
+/* Which errors are the row's, the topic's, or nobody's in particular. */
+static enum failure_reason classify(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+        return err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ? FAILURE_TRANSIENT : FAILURE_ROW;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+        return FAILURE_TOPIC;
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR__FATAL:
+        return FAILURE_PRODUCER;
+    default:
+        return FAILURE_TRANSIENT;
+    }
+}
+
+/* ---- paused topics --------------------------------------------------------- */
+
+static void pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t err)
+{
+    int64_t until = mono_ms() + r->cfg->topic_pause_ms;
+    for (size_t i = 0; i < r->n_paused; i++)
+        if (strcmp(r->paused[i].name, topic) == 0) {
+            r->paused[i].until_ms = until;
+            return;
+        }
+    if (r->n_paused == MAX_PAUSED) {
+        log_warn("relay: more than %d paused topics; not pausing %s", MAX_PAUSED, topic);
+        return;
+    }
+    snprintf(r->paused[r->n_paused].name, sizeof(r->paused[0].name), "%s", topic);
+    r->paused[r->n_paused++].until_ms = until;
+    log_warn("relay: topic %s paused for %d ms: %s (its rows stay PENDING; other topics flow)",
+             topic, r->cfg->topic_pause_ms, rd_kafka_err2str(err));
+}
+
+static void expire_pauses(struct relay *r)
+{
+    int64_t now = mono_ms();
+    for (size_t i = 0; i < r->n_paused;) {
+        if (r->paused[i].until_ms <= now) {
+            log_info("relay: topic %s resumes (trying again)", r->paused[i].name);
+            r->paused[i] = r->paused[--r->n_paused];
+        } else {
+            i++;
+        }
+    }
+}
+
 /* ---- resets (a delivery failed, or the producer is fatal) ------------------ */
 
 /* Rows claimed but not produced go back: they stay PENDING and are claimed again. */
@@ -289,11 +317,11 @@ static void start_reset(struct relay *r, const char *reason)
     if (r->mode != MODE_RUNNING)
         return;
     r->mode = MODE_RESETTING;
-    r->stats.resets++;
+    r->m.resets_total++;
     release_claim(r);
     ev_timer_stop(r->loop, &r->poll_timer);
-    log_warn("relay: delivery failed (%s); pausing claims until in-flight deliveries settle, "
-             "then re-claiming from the lowest pending row", reason);
+    log_warn("relay: %s; pausing claims until in-flight deliveries settle, then claiming again "
+             "from the lowest pending row", reason);
 }
 
 static void reset_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -305,13 +333,47 @@ static void reset_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (r->mode == MODE_RESETTING) {
         r->mode = MODE_RUNNING;
         r->claim_wanted = 1;
-        log_info("relay: resuming claims");
+        log_info("relay: resuming claims%s", r->isolate_until_id ? " one row at a time" : "");
     }
     kick(r);
 }
 
-/* Moves a reset forward: recreate a fatal producer, wait for reports and marks, record
- * the failures, back off, resume. */
+static void queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt)
+{
+    r->updates = xrealloc(r->updates, (r->n_updates + 1) * sizeof(*r->updates));
+    r->updates[r->n_updates++] = (struct row_update){id, xstrdup(reason), count_attempt};
+}
+
+/* Decides what each failed row means once every in-flight delivery has reported:
+ * row errors of a row published alone count as attempts; row errors in a batch start
+ * isolation; topic errors pause the topic; the rest just wait for the next claim. */
+static void judge_failures(struct relay *r)
+{
+    int alone = r->isolate_until_id && r->n_state[ROW_FAILED] == 1;
+    for (size_t i = 0; i < r->n_rows; i++) {
+        struct inflight_row *row = &r->rows[i];
+        if (row->state != ROW_FAILED)
+            continue;
+        if (row->fail == FAILURE_ROW) {
+            if (alone) {
+                char reason[300];
+                snprintf(reason, sizeof(reason), "Kafka rejected the message: %s",
+                         rd_kafka_err2str(row->err));
+                queue_update(r, row->id, reason, 1);
+                set_state(r, row, ROW_PARKING);
+            } else if (row->id > r->isolate_until_id) {
+                r->isolate_until_id = row->id;
+            }
+        }
+        /* rows may have been written anyway: count them as possible duplicates */
+    }
+    if (r->isolate_until_id)
+        log_info("relay: publishing rows one at a time up to id %lld to find the row Kafka "
+                 "rejects", (long long)r->isolate_until_id);
+}
+
+/* Moves a reset forward: recreate a fatal producer, wait for reports and marks, judge and
+ * record the failures, back off, resume. */
 static void advance_reset(struct relay *r)
 {
     if (r->fatal_pending) {
@@ -321,29 +383,47 @@ static void advance_reset(struct relay *r)
             log_error("relay: %s", err);
             r->fatal_pending = 1;
         } else {
-            r->stats.producer_recreated++;
+            r->m.producer_recreated_total++;
         }
         /* Reports the old producer never gave: those rows were not acknowledged. */
         for (size_t i = 0; i < r->n_rows; i++)
-            if (r->rows[i].state == ROW_PRODUCED)
+            if (r->rows[i].state == ROW_PRODUCED) {
+                r->rows[i].fail = FAILURE_PRODUCER;
                 set_state(r, &r->rows[i], ROW_FAILED);
+            }
     }
     if (r->n_state[ROW_PRODUCED] || r->n_state[ROW_ACKED] || r->n_state[ROW_MARKING] ||
-        r->n_state[ROW_FAILED] || r->n_state[ROW_PARKING] || r->reset_waiting)
+        r->n_state[ROW_FAILED] || r->n_state[ROW_PARKING] || r->n_updates || r->reset_waiting)
         return;
     int delay = backoff_next(&r->reset_backoff);
     r->reset_waiting = 1;
     ev_timer_set(&r->reset_timer, delay / 1000.0, 0.0);
     ev_timer_start(r->loop, &r->reset_timer);
-    log_info("relay: in-flight deliveries settled; re-claiming in %d ms", delay);
+    log_info("relay: in-flight deliveries settled; claiming again in %d ms", delay);
 }
 
-/* ---- worker queries ------------------------------------------------------ */
+/* ---- worker statements --------------------------------------------------- */
+
+static void finish(struct relay *r, int code)
+{
+    r->exit_code = code;
+    r->mode = MODE_DONE;
+    ev_break(r->loop, EVBREAK_ALL);
+}
+
+static int worker_send(struct relay *r, const char *sql, int nparams, const char *const *params,
+                pgconn_result_cb cb)
+{
+    if (pgconn_query(r->worker, sql, nparams, params, cb, r) != 0)
+        return -1;
+    r->busy = 1;
+    return 0;
+}
 
 static void version_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
+    r->busy = 0;
     if (!res)
         return;
     if (!result_ok(res)) {
@@ -354,9 +434,7 @@ static void version_done(void *ctx, PGresult *res)
         if (strcmp(state, "42P01") == 0 || strcmp(state, "3F000") == 0) {
             log_error("schema: table %s has no outbox-relay schema (%s); run `outbox-relay "
                       "migrate` first", r->cfg->table, line);
-            r->exit_code = 1;
-            r->mode = MODE_DONE;
-            ev_break(r->loop, EVBREAK_ALL);
+            finish(r, 1);
             return;
         }
         log_warn("pg worker: schema version check failed (%s): %s", state, line);
@@ -371,9 +449,7 @@ static void version_done(void *ctx, PGresult *res)
                   "run `outbox-relay migrate` with this relay's version%s",
                   r->cfg->table, have, schema_version(),
                   have > schema_version() ? " (or upgrade the relay: the schema is newer)" : "");
-        r->exit_code = 1;
-        r->mode = MODE_DONE;
-        ev_break(r->loop, EVBREAK_ALL);
+        finish(r, 1);
         return;
     }
     if (!r->schema_logged)
@@ -382,13 +458,6 @@ static void version_done(void *ctx, PGresult *res)
     r->schema_ok = 1;
     r->claim_wanted = 1;
     kick(r);
-}
-
-static void send_version_check(struct relay *r)
-{
-    const char *params[1] = {r->cfg->table};
-    if (pgconn_query(r->worker, r->sql_version, 1, params, version_done, r) == 0)
-        r->query = Q_VERSION;
 }
 
 static void poll_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -400,11 +469,12 @@ static void poll_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     kick(r);
 }
 
-/* Adaptive poll: claim again at once after a full batch, soon after a partial one,
- * and back off towards OUTBOX_POLL_INTERVAL_MS while claims come back empty. */
-static void after_claim(struct relay *r, int rows)
+/* Adaptive poll: claim again at once after a full batch, soon after a partial one, and
+ * back off towards OUTBOX_POLL_INTERVAL_MS while claims come back empty; once idle, arm
+ * the doorbell. */
+static void after_claim(struct relay *r, int rows, int limit)
 {
-    if (rows >= r->cfg->batch_size) {
+    if (rows >= limit && !r->isolate_until_id) {
         r->claim_wanted = 1;
         r->idle_delay_ms = MIN_POLL_DELAY_MS;
         return;
@@ -423,16 +493,23 @@ static void after_claim(struct relay *r, int rows)
     }
     if (r->idle_delay_ms > r->cfg->poll_interval_ms)
         r->idle_delay_ms = r->cfg->poll_interval_ms;
+    if (r->isolate_until_id)
+        return; /* the next claim follows the delivery report */
     ev_timer_stop(r->loop, &r->poll_timer);
     ev_timer_set(&r->poll_timer, r->idle_delay_ms / 1000.0, 0.0);
     ev_timer_start(r->loop, &r->poll_timer);
 }
 
+static int claim_limit(const struct relay *r)
+{
+    return r->isolate_until_id ? 1 : r->cfg->batch_size;
+}
+
 static void claim_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
-    r->stats.claims++;
+    r->busy = 0;
+    r->m.claims_total++;
     if (!result_ok(res)) {
         statement_failed(r, "claim", res);
         PQclear(res);
@@ -442,25 +519,34 @@ static void claim_done(void *ctx, PGresult *res)
     int n = PQntuples(res);
     if (r->mode != MODE_RUNNING || n == 0) {
         PQclear(res);
-        if (r->mode == MODE_RUNNING)
-            after_claim(r, 0);
+        if (r->mode == MODE_RUNNING) {
+            if (r->isolate_until_id) {
+                log_info("relay: nothing left to isolate; back to batches");
+                r->isolate_until_id = 0;
+            }
+            after_claim(r, 0, claim_limit(r));
+        }
         kick(r);
         return;
     }
     struct inflight_row *add = xmalloc((size_t)n * sizeof(*add));
     for (int i = 0; i < n; i++) {
-        add[i].id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-        add[i].created_ms = strtoll(PQgetvalue(res, i, 8), NULL, 10);
-        add[i].state = ROW_QUEUED;
+        add[i] = (struct inflight_row){
+            .id = strtoll(PQgetvalue(res, i, 0), NULL, 10),
+            .created_ms = strtoll(PQgetvalue(res, i, 8), NULL, 10),
+            .attempts = atoi(PQgetvalue(res, i, 9)),
+            .state = ROW_QUEUED,
+        };
     }
     add_rows(r, add, (size_t)n);
     free(add);
-    r->stats.claimed += (uint64_t)n;
+    r->m.claimed_rows_total += (uint64_t)n;
+    histogram_observe(&r->m.batch_rows, n);
     log_debug("claim: %d rows, ids %s..%s, in flight %zu", n, PQgetvalue(res, 0, 0),
               PQgetvalue(res, n - 1, 0), r->n_rows);
     r->claim_res = res;
     r->claim_next = 0;
-    after_claim(r, n);
+    after_claim(r, n, claim_limit(r));
     kick(r);
 }
 
@@ -470,11 +556,21 @@ static void append_gap(struct strbuf *lo, struct strbuf *hi, int64_t from, int64
     strbuf_printf(hi, "%s%lld", hi->len > 1 ? "," : "", (long long)to);
 }
 
+/* Paused topics as a text[] literal; names are valid topic names, so no quoting is needed. */
+static void paused_literal(struct relay *r, struct strbuf *out)
+{
+    strbuf_puts(out, "{");
+    for (size_t i = 0; i < r->n_paused; i++)
+        strbuf_printf(out, "%s\"%s\"", i ? "," : "", r->paused[i].name);
+    strbuf_puts(out, "}");
+}
+
 static void send_claim(struct relay *r)
 {
-    struct strbuf lo, hi;
+    struct strbuf lo, hi, paused;
     strbuf_init(&lo);
     strbuf_init(&hi);
+    strbuf_init(&paused);
     strbuf_puts(&lo, "{");
     strbuf_puts(&hi, "{");
     int64_t from = 0;
@@ -486,22 +582,23 @@ static void send_claim(struct relay *r)
     append_gap(&lo, &hi, from, INT64_MAX);
     strbuf_puts(&lo, "}");
     strbuf_puts(&hi, "}");
+    paused_literal(r, &paused);
     char limit[16];
-    snprintf(limit, sizeof(limit), "%d", r->cfg->batch_size);
-    const char *params[3] = {lo.buf, hi.buf, limit};
-    if (pgconn_query(r->worker, r->sql_claim, 3, params, claim_done, r) == 0) {
-        r->query = Q_CLAIM;
+    snprintf(limit, sizeof(limit), "%d", claim_limit(r));
+    const char *params[5] = {lo.buf, hi.buf, limit, paused.buf, r->cfg->relay_name};
+    if (worker_send(r, r->sql.claim, 5, params, claim_done) == 0) {
         r->claim_wanted = 0;
         ev_timer_stop(r->loop, &r->poll_timer);
     }
     strbuf_destroy(&lo);
     strbuf_destroy(&hi);
+    strbuf_destroy(&paused);
 }
 
 static void mark_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
+    r->busy = 0;
     if (!result_ok(res)) {
         statement_failed(r, "mark", res);
         PQclear(res);
@@ -512,7 +609,7 @@ static void mark_done(void *ctx, PGresult *res)
     }
     PQclear(res);
     size_t n = remove_rows(r, ROW_MARKING);
-    r->stats.marked += n;
+    r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->n_rows);
     kick(r);
 }
@@ -521,9 +618,8 @@ static void send_mark(struct relay *r)
 {
 #ifdef OUTBOX_TEST_HOOKS
     if (r->test_kill_before_mark_after > 0 &&
-        r->stats.acked >= (uint64_t)r->test_kill_before_mark_after) {
-        log_warn("test hook: SIGKILL before marking %zu acknowledged rows",
-                 r->n_state[ROW_ACKED]);
+        r->m.published_total >= (uint64_t)r->test_kill_before_mark_after) {
+        log_warn("test hook: SIGKILL before marking %zu acknowledged rows", r->n_state[ROW_ACKED]);
         kill(getpid(), SIGKILL);
     }
 #endif
@@ -540,49 +636,102 @@ static void send_mark(struct relay *r)
     }
     strbuf_puts(&ids, "}");
     const char *params[1] = {ids.buf};
-    if (pgconn_query(r->worker, r->sql_mark, 1, params, mark_done, r) == 0)
-        r->query = Q_MARK;
-    else
+    if (worker_send(r, r->sql.mark, 1, params, mark_done) != 0)
         for (size_t i = 0; i < r->n_rows; i++)
             if (r->rows[i].state == ROW_MARKING)
                 set_state(r, &r->rows[i], ROW_ACKED);
     strbuf_destroy(&ids);
 }
 
-static void park_done(void *ctx, PGresult *res)
+/* Sends a parked row to the dead-letter topic (headers only when the payload is gone). */
+static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason)
+{
+    if (!r->cfg->dead_letter_topic[0])
+        return;
+    struct message msg = {.topic = xstrdup(r->cfg->dead_letter_topic)};
+    struct message_header hdrs[5] = {
+        {"event_id", (char *)row->event_id},
+        {"event_type", (char *)(row->event_type ? row->event_type : "")},
+        {"aggregate_type", (char *)(row->aggregate_type ? row->aggregate_type : "")},
+        {"outbox_error", (char *)reason},
+        {"outbox_id", NULL},
+    };
+    char id[24];
+    snprintf(id, sizeof(id), "%lld", (long long)row->id);
+    hdrs[4].value = id;
+    msg.headers = hdrs;
+    msg.n_headers = 5;
+    /* Only a payload that fits: the reason may be that it is too large. */
+    int with_payload = row->payload && row->payload_len < 512 * 1024;
+    rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row->aggregate_id,
+                                           with_payload ? row->payload : NULL,
+                                           with_payload ? row->payload_len : 0, row->created_ms,
+                                           -row->id);
+    if (err)
+        log_warn("relay: dead-letter copy of row %lld not sent: %s", (long long)row->id,
+                 rd_kafka_err2str(err));
+    free(msg.topic);
+}
+
+static void update_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
-    struct park *p = &r->parks[0];
+    r->busy = 0;
+    struct row_update *u = &r->updates[0];
     if (!result_ok(res)) {
-        statement_failed(r, "park", res);
+        statement_failed(r, "writing back a failed row", res);
         PQclear(res);
         return;
     }
+    int parked = !u->count_attempt ||
+                 (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "FAILED") == 0);
+    if (parked) {
+        r->m.parked_total++;
+        log_warn("relay: row %lld parked as FAILED: %s", (long long)u->id, u->reason);
+        if (u->count_attempt) {
+            /* Rejected by Kafka: the payload is what was rejected, so the dead letter
+             * carries the row's identity and the reason only. */
+            struct outbox_row row = {
+                .id = u->id,
+                .event_id = PQgetvalue(res, 0, 2),
+                .aggregate_id = PQgetvalue(res, 0, 3),
+                .aggregate_type = PQgetvalue(res, 0, 4),
+                .event_type = PQgetvalue(res, 0, 5),
+                .created_ms = strtoll(PQgetvalue(res, 0, 6), NULL, 10),
+            };
+            dead_letter(r, &row, u->reason);
+        }
+    } else if (PQntuples(res) == 1) {
+        log_warn("relay: row %lld failed alone (attempt %s of %d): %s", (long long)u->id,
+                 PQgetvalue(res, 0, 1), r->cfg->max_attempts, u->reason);
+    }
     PQclear(res);
-    struct inflight_row *row = find_row(r, p->id);
+    struct inflight_row *row = find_row(r, u->id);
     if (row)
         remove_one(r, row);
-    r->stats.parked++;
-    free(p->reason);
-    memmove(&r->parks[0], &r->parks[1], (r->n_parks - 1) * sizeof(*r->parks));
-    r->n_parks--;
+    free(u->reason);
+    memmove(&r->updates[0], &r->updates[1], (r->n_updates - 1) * sizeof(*r->updates));
+    r->n_updates--;
     kick(r);
 }
 
-static void send_park(struct relay *r)
+static void send_update(struct relay *r)
 {
-    char id[24];
-    snprintf(id, sizeof(id), "%lld", (long long)r->parks[0].id);
-    const char *params[2] = {id, r->parks[0].reason};
-    if (pgconn_query(r->worker, r->sql_park, 2, params, park_done, r) == 0)
-        r->query = Q_PARK;
+    struct row_update *u = &r->updates[0];
+    char id[24], max[16];
+    snprintf(id, sizeof(id), "%lld", (long long)u->id);
+    snprintf(max, sizeof(max), "%d", r->cfg->max_attempts);
+    const char *params[3] = {id, u->reason, max};
+    if (u->count_attempt)
+        worker_send(r, r->sql.row_failed, 3, params, update_done);
+    else
+        worker_send(r, r->sql.park, 2, params, update_done);
 }
 
 static void note_failed_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
+    r->busy = 0;
     if (!result_ok(res)) {
         statement_failed(r, "recording failed deliveries", res);
         PQclear(res);
@@ -590,30 +739,38 @@ static void note_failed_done(void *ctx, PGresult *res)
     }
     PQclear(res);
     size_t n = remove_rows(r, ROW_FAILED);
-    log_info("relay: %zu rows whose delivery failed stay PENDING (attempts recorded)", n);
+    log_info("relay: %zu rows whose delivery failed stay PENDING (last_error recorded)", n);
     kick(r);
 }
 
 static void send_note_failed(struct relay *r)
 {
+    judge_failures(r);
+    if (!r->n_state[ROW_FAILED]) {
+        kick(r);
+        return;
+    }
     struct strbuf ids;
     strbuf_init(&ids);
     strbuf_puts(&ids, "{");
     size_t n = 0;
     for (size_t i = 0; i < r->n_rows; i++)
-        if (r->rows[i].state == ROW_FAILED)
+        if (r->rows[i].state == ROW_FAILED) {
             strbuf_printf(&ids, "%s%lld", n++ ? "," : "", (long long)r->rows[i].id);
+            /* A message that failed may still have been written: an upper bound. */
+            if (r->rows[i].fail != FAILURE_TOPIC)
+                r->m.possible_duplicates_total++;
+        }
     strbuf_puts(&ids, "}");
     const char *params[2] = {ids.buf, r->last_failure};
-    if (pgconn_query(r->worker, r->sql_note_failed, 2, params, note_failed_done, r) == 0)
-        r->query = Q_NOTE_FAILED;
+    worker_send(r, r->sql.note_failed, 2, params, note_failed_done);
     strbuf_destroy(&ids);
 }
 
 static void arm_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
+    r->busy = 0;
     if (!result_ok(res)) {
         statement_failed(r, "arming the doorbell", res);
         PQclear(res);
@@ -630,8 +787,7 @@ static void send_arm(struct relay *r)
 {
     const char *params[1] = {r->cfg->notify_channel};
     r->arm_wanted = 0;
-    if (pgconn_query(r->worker, r->sql_arm, 1, params, arm_done, r) == 0)
-        r->query = Q_ARM;
+    worker_send(r, r->sql.arm, 1, params, arm_done);
 }
 
 /* ---- producing ----------------------------------------------------------- */
@@ -644,15 +800,18 @@ static int key_blocked(struct relay *r, const char *key)
     return 0;
 }
 
-/* A row that can never be published: park it and hold the rest of its key. */
-static void park_row(struct relay *r, struct inflight_row *row, const char *key, const char *reason)
+/* A row that can never be published: park it; with the block policy, hold the rest of
+ * its key in this claim (later claims skip keys with a FAILED row). */
+static void park_row(struct relay *r, struct inflight_row *slot, const struct outbox_row *row,
+                     const char *reason)
 {
-    log_warn("relay: parking row id=%lld key=%s: %s", (long long)row->id, key, reason);
-    set_state(r, row, ROW_PARKING);
-    r->parks = xrealloc(r->parks, (r->n_parks + 1) * sizeof(*r->parks));
-    r->parks[r->n_parks++] = (struct park){row->id, xstrdup(reason)};
-    r->blocked_keys = xrealloc(r->blocked_keys, (r->n_blocked_keys + 1) * sizeof(char *));
-    r->blocked_keys[r->n_blocked_keys++] = xstrdup(key);
+    set_state(r, slot, ROW_PARKING);
+    queue_update(r, row->id, reason, 0);
+    dead_letter(r, row, reason);
+    if (strcmp(r->cfg->poison_policy, "block") == 0) {
+        r->blocked_keys = xrealloc(r->blocked_keys, (r->n_blocked_keys + 1) * sizeof(char *));
+        r->blocked_keys[r->n_blocked_keys++] = xstrdup(row->aggregate_id);
+    }
 }
 
 static void produce_claimed(struct relay *r)
@@ -689,7 +848,7 @@ static void produce_claimed(struct relay *r)
         struct message msg;
         char reason[512];
         if (message_build(&row, r->cfg->topic_template, &msg, reason, sizeof(reason)) != 0) {
-            park_row(r, slot, row.aggregate_id, reason);
+            park_row(r, slot, &row, reason);
             r->claim_next++;
             continue;
         }
@@ -700,20 +859,25 @@ static void produce_claimed(struct relay *r)
             message_destroy(&msg);
             return; /* backpressure: resumes on the next delivery report */
         }
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-            snprintf(reason, sizeof(reason), "message of %zu bytes is larger than the producer's "
-                     "message.max.bytes", row.payload_len);
-            park_row(r, slot, row.aggregate_id, reason);
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || err == RD_KAFKA_RESP_ERR__INVALID_ARG) {
+            snprintf(reason, sizeof(reason), "the producer refuses the message (%zu bytes): %s",
+                     row.payload_len, rd_kafka_err2str(err));
+            park_row(r, slot, &row, reason);
         } else if (err) {
+            slot->err = err;
+            slot->fail = classify(err);
             set_state(r, slot, ROW_FAILED);
-            snprintf(reason, sizeof(reason), "produce to %s: %s", msg.topic, rd_kafka_err2str(err));
+            r->m.publish_failures_total[slot->fail]++;
+            snprintf(reason, sizeof(reason), "produce to %s failed: %s", msg.topic,
+                     rd_kafka_err2str(err));
+            if (slot->fail == FAILURE_TOPIC)
+                pause_topic(r, msg.topic, err);
             message_destroy(&msg);
             r->claim_next++;
             start_reset(r, reason);
             return;
         } else {
             set_state(r, slot, ROW_PRODUCED);
-            r->stats.produced++;
         }
         message_destroy(&msg);
         r->claim_next++;
@@ -723,10 +887,16 @@ static void produce_claimed(struct relay *r)
 
 /* ---- Kafka callbacks (loop thread) --------------------------------------- */
 
-static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int32_t partition)
+static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, const char *topic,
+                        int maybe_persisted)
 {
     struct relay *r = ctx;
-    (void)partition;
+    if (row_id < 0) { /* a dead-letter copy */
+        if (err)
+            log_warn("kafka: dead-letter copy of row %lld failed: %s", (long long)-row_id,
+                     rd_kafka_err2str(err));
+        return;
+    }
     struct inflight_row *row = find_row(r, row_id);
     if (!row || row->state != ROW_PRODUCED) {
         log_warn("kafka: delivery report for row %lld that is not in flight", (long long)row_id);
@@ -734,9 +904,17 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int3
     }
     if (!err) {
         set_state(r, row, ROW_ACKED);
-        r->stats.acked++;
+        r->m.published_total++;
+        histogram_observe(&r->m.latency, (double)(wall_ms() - row->created_ms) / 1000.0);
+        if (r->isolate_until_id) {
+            if (row->id >= r->isolate_until_id) {
+                log_info("relay: isolation done at row %lld; back to batches", (long long)row->id);
+                r->isolate_until_id = 0;
+            }
+            r->claim_wanted = 1; /* one row at a time: the next claim follows this report */
+        }
 #ifdef OUTBOX_TEST_HOOKS
-        if (r->test_fatal_after > 0 && r->stats.acked == (uint64_t)r->test_fatal_after) {
+        if (r->test_fatal_after > 0 && r->m.published_total == (uint64_t)r->test_fatal_after) {
             log_warn("test hook: injecting a fatal producer error");
             sink_test_fatal(r->sink);
         }
@@ -744,10 +922,18 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int3
         if (r->mode == MODE_RUNNING)
             backoff_reset(&r->reset_backoff);
     } else {
+        row->err = err;
+        row->fail = classify(err);
         set_state(r, row, ROW_FAILED);
-        r->stats.delivery_failures++;
-        char reason[256];
-        snprintf(reason, sizeof(reason), "delivery failed: %s", rd_kafka_err2str(err));
+        r->m.publish_failures_total[row->fail]++;
+        (void)maybe_persisted;
+        log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
+                  topic ? topic : "?", rd_kafka_err2name(err));
+        if (row->fail == FAILURE_TOPIC && topic)
+            pause_topic(r, topic, err);
+        char reason[300];
+        snprintf(reason, sizeof(reason), "delivery to %s failed: %s", topic ? topic : "?",
+                 rd_kafka_err2str(err));
         start_reset(r, reason);
     }
     schedule_kick(r);
@@ -768,7 +954,7 @@ static void on_fatal(void *ctx, const char *reason)
 static void worker_ready(void *ctx)
 {
     struct relay *r = ctx;
-    r->query = Q_NONE;
+    r->busy = 0;
     r->schema_ok = 0;
     kick(r);
 }
@@ -777,7 +963,8 @@ static void worker_lost(void *ctx, const char *why)
 {
     struct relay *r = ctx;
     (void)why;
-    r->query = Q_NONE;
+    r->busy = 0;
+    r->m.pg_reconnects_total++;
 }
 
 static void listener_ready(void *ctx)
@@ -793,6 +980,7 @@ static void listener_notify(void *ctx, const PGnotify *n)
 {
     struct relay *r = ctx;
     (void)n;
+    r->m.doorbell_wakeups_total++;
     r->doorbell_armed = 0;
     r->idle_delay_ms = MIN_POLL_DELAY_MS;
     r->claim_wanted = 1;
@@ -800,12 +988,6 @@ static void listener_notify(void *ctx, const PGnotify *n)
 }
 
 /* ---- scheduling ---------------------------------------------------------- */
-
-static void finish(struct relay *r)
-{
-    r->mode = MODE_DONE;
-    ev_break(r->loop, EVBREAK_ALL);
-}
 
 static void kick(struct relay *r)
 {
@@ -816,45 +998,162 @@ static void kick(struct relay *r)
     if (r->mode == MODE_RESETTING)
         advance_reset(r);
     if (r->mode == MODE_DRAINING && r->n_state[ROW_PRODUCED] == 0 && r->n_state[ROW_ACKED] == 0 &&
-        r->n_state[ROW_MARKING] == 0 && r->n_parks == 0) {
+        r->n_state[ROW_MARKING] == 0 && r->n_updates == 0) {
         log_info("shutdown: all acknowledged rows marked; exiting");
-        finish(r);
+        finish(r, 0);
         return;
     }
-    if (!pgconn_idle(r->worker) || ev_is_active(&r->retry_timer))
+    if (r->busy || !pgconn_idle(r->worker) || ev_is_active(&r->retry_timer))
         return;
-    if (!r->schema_ok)
-        send_version_check(r);
-    else if (r->n_parks)
-        send_park(r);
-    else if (r->n_state[ROW_ACKED])
+    expire_pauses(r);
+    if (!r->schema_ok) {
+        const char *params[1] = {r->cfg->table};
+        worker_send(r, r->sql.version, 1, params, version_done);
+    } else if (r->n_updates) {
+        send_update(r);
+    } else if (r->n_state[ROW_ACKED]) {
         send_mark(r);
-    else if (r->n_state[ROW_FAILED] && r->mode == MODE_RESETTING && !r->n_state[ROW_PRODUCED])
+    } else if (r->n_state[ROW_FAILED] && r->mode == MODE_RESETTING && !r->n_state[ROW_PRODUCED]) {
         send_note_failed(r);
-    else if (r->arm_wanted && r->mode == MODE_RUNNING)
+    } else if (r->arm_wanted && r->mode == MODE_RUNNING) {
         send_arm(r);
-    else if (r->claim_wanted && r->mode == MODE_RUNNING && !r->claim_res &&
-             r->n_rows + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight)
+    } else if (r->claim_wanted && r->mode == MODE_RUNNING && !r->claim_res &&
+               (!r->isolate_until_id || r->n_rows == 0) &&
+               r->n_rows + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight) {
         send_claim(r);
+    }
 }
 
-static void stats_cb(struct ev_loop *loop, ev_timer *w, int revents)
+/* ---- reporting ----------------------------------------------------------- */
+
+/* Why the backlog is not moving, or NULL. */
+static const char *stall_reason(struct relay *r)
+{
+    int64_t now = mono_ms();
+    if (r->m.marked_total != r->last_progress_marked ||
+        (r->m.pending_rows == 0 && r->n_rows == 0)) {
+        r->last_progress_marked = r->m.marked_total;
+        r->last_progress_ms = now;
+        return NULL;
+    }
+    if (now - r->last_progress_ms < STALL_AFTER_MS)
+        return NULL;
+    if (!pgconn_connected(r->worker))
+        return "postgres_unreachable";
+    if (sink_brokers_up(r->sink) == 0)
+        return "kafka_unreachable";
+    if (r->n_paused)
+        return "topic_paused";
+    if (r->m.failed_rows > 0)
+        return "parked_key";
+    if (r->m.long_tx_pid || r->m.long_tx_xid[0])
+        return "long_transaction";
+    return "unknown";
+}
+
+static void render_status(struct relay *r, struct strbuf *o)
+{
+    struct metrics *m = &r->m;
+    strbuf_printf(o, "{\"version\":\"%s\",\"relay\":", OUTBOX_VERSION);
+    strbuf_json_string(o, r->cfg->relay_name, strlen(r->cfg->relay_name));
+    strbuf_puts(o, ",\"table\":");
+    strbuf_json_string(o, r->cfg->table, strlen(r->cfg->table));
+    strbuf_printf(o,
+                  ",\"state\":{\"postgres_connected\":%s,\"kafka_brokers_up\":%d,"
+                  "\"degraded\":%s,\"stall_reason\":%s%s%s,\"shutting_down\":%s},",
+                  m->pg_connected ? "true" : "false", m->kafka_brokers_up,
+                  m->degraded ? "true" : "false", m->stall_reason ? "\"" : "",
+                  m->stall_reason ? m->stall_reason : "null", m->stall_reason ? "\"" : "",
+                  r->mode == MODE_DRAINING ? "true" : "false");
+    strbuf_printf(o,
+                  "\"backlog\":{\"pending_rows\":%lld,\"pending_rows_exact\":%s,"
+                  "\"oldest_pending_age_seconds\":%.3f,\"failed_rows\":%lld,\"inflight_rows\":%lld},",
+                  (long long)m->pending_rows, m->pending_rows_exact ? "true" : "false",
+                  m->oldest_pending_age_seconds, (long long)m->failed_rows,
+                  (long long)m->inflight_rows);
+    strbuf_printf(o,
+                  "\"flow\":{\"published_total\":%llu,\"marked_total\":%llu,\"parked_total\":%llu,"
+                  "\"possible_duplicates_total\":%llu,\"latency_p50_seconds\":%.4f,"
+                  "\"latency_p99_seconds\":%.4f},",
+                  (unsigned long long)m->published_total, (unsigned long long)m->marked_total,
+                  (unsigned long long)m->parked_total,
+                  (unsigned long long)m->possible_duplicates_total,
+                  histogram_quantile(&m->latency, 0.5), histogram_quantile(&m->latency, 0.99));
+    strbuf_puts(o, "\"paused_topics\":[");
+    for (size_t i = 0; i < r->n_paused; i++) {
+        if (i)
+            strbuf_puts(o, ",");
+        strbuf_json_string(o, r->paused[i].name, strlen(r->paused[i].name));
+    }
+    strbuf_puts(o, "],\"long_transaction\":");
+    if (m->long_tx_pid || m->long_tx_xid[0]) {
+        strbuf_printf(o, "{\"pid\":%d,\"age_seconds\":%.1f,\"xid\":", m->long_tx_pid,
+                      m->long_tx_age_seconds);
+        strbuf_json_string(o, m->long_tx_xid, strlen(m->long_tx_xid));
+        strbuf_puts(o, ",\"application_name\":");
+        strbuf_json_string(o, m->long_tx_application, strlen(m->long_tx_application));
+        strbuf_puts(o, "}");
+    } else {
+        strbuf_puts(o, "null");
+    }
+    strbuf_puts(o, "}\n");
+}
+
+static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
     struct relay *r = w->data;
-    if (r->stats.marked == r->stats_marked_logged && r->n_rows == 0)
+    struct metrics *m = &r->m;
+    m->inflight_rows = (int64_t)r->n_rows;
+    m->pg_connected = pgconn_connected(r->worker);
+    m->kafka_brokers_up = sink_brokers_up(r->sink);
+    m->n_paused_topics = r->n_paused < METRICS_MAX_PAUSED ? r->n_paused : METRICS_MAX_PAUSED;
+    for (size_t i = 0; i < m->n_paused_topics; i++)
+        snprintf(m->paused_topics[i], sizeof(m->paused_topics[i]), "%s", r->paused[i].name);
+    m->stall_reason = stall_reason(r);
+    m->degraded = m->stall_reason != NULL || !m->pg_connected || m->kafka_brokers_up == 0;
+    if (m->stall_reason != r->stall_logged) {
+        if (m->stall_reason)
+            log_warn("stalled: the backlog (%lld pending, oldest %.0fs) has not moved for %d s: %s",
+                     (long long)m->pending_rows, m->oldest_pending_age_seconds,
+                     STALL_AFTER_MS / 1000, m->stall_reason);
+        else if (r->stall_logged)
+            log_info("flowing again (was stalled: %s)", r->stall_logged);
+        r->stall_logged = m->stall_reason;
+    }
+    if (!r->http)
         return;
-    log_info("relay: %llu rows marked SENT (+%llu in %.0fs), %zu in flight, %llu parked, "
-             "%llu delivery failures, kafka %s, postgres %s",
-             (unsigned long long)r->stats.marked,
-             (unsigned long long)(r->stats.marked - r->stats_marked_logged), STATS_INTERVAL_S,
-             r->n_rows, (unsigned long long)r->stats.parked,
-             (unsigned long long)r->stats.delivery_failures,
-             sink_brokers_up(r->sink) ? "up" : "down",
-             pgconn_connected(r->worker) ? "connected" : "disconnected");
-    r->stats_marked_logged = r->stats.marked;
+    struct strbuf text, status;
+    strbuf_init(&text);
+    strbuf_init(&status);
+    metrics_render(m, OUTBOX_VERSION, &text);
+    render_status(r, &status);
+    int ready = r->schema_logged && r->mode != MODE_DRAINING;
+    if (r->cfg->ready_strict)
+        ready = ready && m->pg_connected && m->kafka_brokers_up > 0;
+    http_publish(r->http, text.buf, status.buf, ready);
+    strbuf_destroy(&text);
+    strbuf_destroy(&status);
 }
+
+static void log_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    if (r->m.marked_total == r->marked_logged && r->n_rows == 0)
+        return;
+    log_info("relay: %llu rows marked SENT (+%llu in %.0fs), %zu in flight, %lld pending, "
+             "%llu parked, kafka brokers up %d, postgres %s",
+             (unsigned long long)r->m.marked_total,
+             (unsigned long long)(r->m.marked_total - r->marked_logged), LOG_INTERVAL_S, r->n_rows,
+             (long long)r->m.pending_rows, (unsigned long long)r->m.parked_total,
+             sink_brokers_up(r->sink), pgconn_connected(r->worker) ? "connected" : "disconnected");
+    r->marked_logged = r->m.marked_total;
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
 
 static void shutdown_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -864,7 +1163,7 @@ static void shutdown_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
     log_warn("shutdown: timed out with %zu deliveries unacknowledged and %zu acknowledged rows "
              "unmarked; they stay PENDING and will be published again",
              r->n_state[ROW_PRODUCED], r->n_state[ROW_ACKED] + r->n_state[ROW_MARKING]);
-    finish(r);
+    finish(r, 0);
 }
 
 void relay_shutdown(struct relay *r)
@@ -874,10 +1173,10 @@ void relay_shutdown(struct relay *r)
         log_warn("shutdown: second signal, exiting at once");
         _exit(1);
     }
-    log_info("shutdown: stop claiming; waiting up to %d ms for %zu in-flight deliveries",
-             r->cfg->shutdown_timeout_ms, r->n_state[ROW_PRODUCED]);
     if (r->mode == MODE_DONE)
         return;
+    log_info("shutdown: stop claiming; waiting up to %d ms for %zu in-flight deliveries",
+             r->cfg->shutdown_timeout_ms, r->n_state[ROW_PRODUCED]);
     release_claim(r);
     remove_rows(r, ROW_FAILED);
     r->mode = MODE_DRAINING;
@@ -897,8 +1196,9 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->cfg = cfg;
     r->mode = MODE_RUNNING;
     r->idle_delay_ms = MIN_POLL_DELAY_MS;
+    metrics_init(&r->m);
     backoff_init(&r->reset_backoff, 200, 10000);
-    build_sql(r);
+    outbox_sql_init(&r->sql, cfg);
 
     static const struct sink_callbacks sink_cb = {on_delivery, on_fatal};
     r->sink = sink_new(loop, cfg, &sink_cb, r, err, errlen);
@@ -906,20 +1206,37 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
         relay_free(r);
         return NULL;
     }
+    if (cfg->http_addr[0]) {
+        r->http = http_new(cfg->http_addr, err, errlen);
+        if (!r->http) {
+            relay_free(r);
+            return NULL;
+        }
+    }
 
-    char setup[256];
-    snprintf(setup, sizeof(setup),
-             "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000",
-             cfg->statement_timeout_ms);
+    struct strbuf setup;
+    strbuf_init(&setup);
+    strbuf_printf(&setup,
+                  "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
+                  "SET application_name = 'outbox-relay ",
+                  cfg->statement_timeout_ms);
+    for (const char *p = cfg->relay_name; *p && setup.len < 120; p++)
+        if (*p != '\'' && *p != '\\')
+            strbuf_append(&setup, p, 1);
+    strbuf_puts(&setup, "'");
     static const struct pgconn_callbacks worker_cb = {worker_ready, worker_lost, NULL};
-    r->worker = pgconn_new(loop, "worker", cfg->pg_dsn, setup, cfg->reconnect_max_ms, &worker_cb, r);
+    r->worker = pgconn_new(loop, "worker", cfg->pg_dsn, setup.buf, cfg->reconnect_max_ms,
+                           &worker_cb, r);
+    strbuf_destroy(&setup);
     if (cfg->notify_channel[0]) {
-        char listen[128];
-        snprintf(listen, sizeof(listen), "LISTEN \"%s\"", cfg->notify_channel);
+        char listen[160];
+        snprintf(listen, sizeof(listen),
+                 "SET application_name = 'outbox-relay listen'; LISTEN \"%s\"", cfg->notify_channel);
         static const struct pgconn_callbacks listen_cb = {listener_ready, NULL, listener_notify};
         r->listener = pgconn_new(loop, "listen", cfg->pg_dsn, listen, cfg->reconnect_max_ms,
                                  &listen_cb, r);
     }
+    r->monitor = monitor_new(loop, cfg, &r->sql, &r->m);
 
     ev_init(&r->poll_timer, poll_timer_cb);
     r->poll_timer.data = r;
@@ -929,8 +1246,10 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->reset_timer.data = r;
     ev_init(&r->shutdown_timer, shutdown_timeout_cb);
     r->shutdown_timer.data = r;
-    ev_timer_init(&r->stats_timer, stats_cb, STATS_INTERVAL_S, STATS_INTERVAL_S);
-    r->stats_timer.data = r;
+    ev_timer_init(&r->log_timer, log_cb, LOG_INTERVAL_S, LOG_INTERVAL_S);
+    r->log_timer.data = r;
+    ev_timer_init(&r->publish_timer, publish_cb, 0.0, PUBLISH_INTERVAL_S);
+    r->publish_timer.data = r;
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
@@ -945,14 +1264,18 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
 
 void relay_start(struct relay *r)
 {
-    log_info("relay: table %s, topic template %s, batch %d, max in flight %d, poll interval "
-             "%d ms, notify channel %s", r->cfg->table, r->cfg->topic_template,
-             r->cfg->batch_size, r->cfg->max_inflight, r->cfg->poll_interval_ms,
-             r->cfg->notify_channel[0] ? r->cfg->notify_channel : "(none)");
+    log_info("relay %s: table %s, topic template %s, batch %d, max in flight %d, poll interval "
+             "%d ms, notify channel %s, retention %s", r->cfg->relay_name, r->cfg->table,
+             r->cfg->topic_template, r->cfg->batch_size, r->cfg->max_inflight,
+             r->cfg->poll_interval_ms,
+             r->cfg->notify_channel[0] ? r->cfg->notify_channel : "(none)", r->cfg->retention);
+    r->last_progress_ms = mono_ms();
     pgconn_start(r->worker);
     if (r->listener)
         pgconn_start(r->listener);
-    ev_timer_start(r->loop, &r->stats_timer);
+    monitor_start(r->monitor);
+    ev_timer_start(r->loop, &r->log_timer);
+    ev_timer_start(r->loop, &r->publish_timer);
 }
 
 void relay_free(struct relay *r)
@@ -963,23 +1286,21 @@ void relay_free(struct relay *r)
     ev_timer_stop(r->loop, &r->retry_timer);
     ev_timer_stop(r->loop, &r->reset_timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
-    ev_timer_stop(r->loop, &r->stats_timer);
+    ev_timer_stop(r->loop, &r->log_timer);
+    ev_timer_stop(r->loop, &r->publish_timer);
     ev_prepare_stop(r->loop, &r->kick_prepare);
+    http_free(r->http);
     sink_free(r->sink);
+    monitor_free(r->monitor);
     pgconn_free(r->worker);
     pgconn_free(r->listener);
     release_claim(r);
     free(r->blocked_keys);
-    for (size_t i = 0; i < r->n_parks; i++)
-        free(r->parks[i].reason);
-    free(r->parks);
+    for (size_t i = 0; i < r->n_updates; i++)
+        free(r->updates[i].reason);
+    free(r->updates);
     free(r->rows);
-    free(r->sql_claim);
-    free(r->sql_mark);
-    free(r->sql_park);
-    free(r->sql_note_failed);
-    free(r->sql_arm);
-    free(r->sql_version);
+    outbox_sql_destroy(&r->sql);
     free(r);
 }
 
@@ -988,12 +1309,7 @@ int relay_exit_code(const struct relay *r)
     return r->exit_code;
 }
 
-const struct relay_stats *relay_stats(const struct relay *r)
+const struct metrics *relay_metrics(const struct relay *r)
 {
-    return &r->stats;
-}
-
-size_t relay_inflight(const struct relay *r)
-{
-    return r->n_rows;
+    return &r->m;
 }

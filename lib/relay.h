@@ -8,20 +8,9 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "metrics.h"
 
 struct relay;
-
-struct relay_stats {
-    uint64_t claims;
-    uint64_t claimed;
-    uint64_t produced;
-    uint64_t acked;
-    uint64_t delivery_failures;
-    uint64_t marked;
-    uint64_t parked;
-    uint64_t resets;
-    uint64_t producer_recreated;
-};
 
 /* cfg and loop are borrowed and must outlive the relay. NULL with err on failure. */
 struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen);
@@ -35,8 +24,7 @@ void relay_shutdown(struct relay *r);
 /* Exit status once the loop has returned: 0 after a clean shutdown. */
 int relay_exit_code(const struct relay *r);
 
-const struct relay_stats *relay_stats(const struct relay *r);
-/* Rows claimed and not yet marked (or released). */
-size_t relay_inflight(const struct relay *r);
+/* The relay's metrics (loop thread only). */
+const struct metrics *relay_metrics(const struct relay *r);
 
 #endif

@@ -1,6 +1,8 @@
 /* Idempotent Kafka producer on the libev loop. */
 #include "sink.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@ struct sink {
     int wake[2]; /* librdkafka writes to wake[1] when the main queue becomes non-empty */
     ev_io wake_io;
     int brokers_down;
+    int brokers_up; /* from the last statistics report; -1 before the first */
     int fatal_reported;
 };
 
@@ -34,7 +37,33 @@ static const char *const producer_defaults[][2] = {
     {"batch.num.messages", "10000"},
     {"compression.codec", "lz4"},
     {"client.id", "outbox-relay"},
+    {"statistics.interval.ms", "5000"},
 };
+
+/* Counts brokers in state UP from librdkafka's statistics JSON (loop thread). */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    struct sink *sk = opaque;
+    json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *brokers = root ? json_object_get(root, "brokers") : NULL;
+    if (json_is_object(brokers)) {
+        int up = 0;
+        const char *name;
+        json_t *b;
+        json_object_foreach(brokers, name, b) {
+            json_t *nodeid = json_object_get(b, "nodeid");
+            const char *state = json_string_value(json_object_get(b, "state"));
+            if (json_integer_value(nodeid) >= 0 && state && strcmp(state, "UP") == 0)
+                up++;
+        }
+        sk->brokers_up = up;
+        if (up > 0)
+            sk->brokers_down = 0;
+    }
+    json_decref(root);
+    return 0; /* librdkafka frees json */
+}
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -42,7 +71,9 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     struct sink *sk = opaque;
     if (!m->err)
         sk->brokers_down = 0;
-    sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, m->err, m->partition);
+    sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, m->err,
+                       m->err ? rd_kafka_topic_name(m->rkt) : NULL,
+                       rd_kafka_message_status(m) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
 }
 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -118,6 +149,7 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
     rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_opaque(conf, sk);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
     if (!rk) {
@@ -129,6 +161,7 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     rd_kafka_queue_io_event_enable(mainq, sk->wake[1], "1", 1);
     rd_kafka_queue_destroy(mainq);
     sk->brokers_down = 0;
+    sk->brokers_up = -1;
     sk->fatal_reported = 0;
     return rk;
 }
@@ -176,13 +209,17 @@ int sink_outq_len(struct sink *sk)
 
 int sink_brokers_up(struct sink *sk)
 {
-    return !sk->brokers_down;
+    if (sk->brokers_down)
+        return 0;
+    return sk->brokers_up >= 0 ? sk->brokers_up : 1;
 }
 
 rd_kafka_resp_err_t sink_produce(struct sink *sk, const struct message *msg, const char *key,
                                  const char *value, size_t value_len, int64_t timestamp_ms,
                                  int64_t row_id)
 {
+    if (!sk->rk)
+        return RD_KAFKA_RESP_ERR__STATE;
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(msg->n_headers);
     for (size_t i = 0; i < msg->n_headers; i++)
         rd_kafka_header_add(hdrs, msg->headers[i].name, -1, msg->headers[i].value, -1);

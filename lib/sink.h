@@ -13,8 +13,10 @@
 struct sink;
 
 struct sink_callbacks {
-    /* One per produced message; row_id is the id given to sink_produce. */
-    void (*on_delivery)(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, int32_t partition);
+    /* One per produced message; row_id is the id given to sink_produce. On failure topic
+     * names the message's topic and maybe_persisted says whether it may be in Kafka anyway. */
+    void (*on_delivery)(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, const char *topic,
+                        int maybe_persisted);
     /* The producer hit a fatal error; the owner must call sink_recreate. */
     void (*on_fatal)(void *ctx, const char *reason);
 };
@@ -40,7 +42,7 @@ int sink_recreate(struct sink *sk, char *err, size_t errlen);
 void sink_poll(struct sink *sk);
 /* Messages not yet reported. */
 int sink_outq_len(struct sink *sk);
-/* Whether any broker connection is up (from the last error/broker events). */
+/* Brokers connected (from librdkafka's statistics every 5 s; 0 after "all brokers down"). */
 int sink_brokers_up(struct sink *sk);
 /* Purges everything still queued or in flight and serves the failure reports
  * (shutdown after its timeout). Bounded by timeout_ms. */

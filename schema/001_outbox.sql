@@ -67,3 +67,11 @@ $$;
 
 CREATE TRIGGER "@NAME@_doorbell" AFTER INSERT ON @TABLE@
     FOR EACH STATEMENT EXECUTE FUNCTION @SCHEMA@."@NAME@_ring_doorbell"();
+
+-- Per relay: the highest id it has claimed. After a crash, PENDING rows at or below it
+-- may already be in Kafka (acknowledged, not yet marked): the duplicates estimate.
+CREATE TABLE @SCHEMA@."@NAME@_relay_state" (
+    relay        text PRIMARY KEY,
+    claimed_high bigint NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+) WITH (fillfactor = 50);

@@ -5,10 +5,10 @@ set -euo pipefail
 
 packages=(
     gcc pkg-config meson ninja-build
-    libpq-dev librdkafka-dev libev-dev libjansson-dev
+    libpq-dev librdkafka-dev libev-dev libjansson-dev libmicrohttpd-dev
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
-    valgrind
+    valgrind curl prometheus
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 

@@ -47,10 +47,10 @@ static int run(const struct config *cfg)
     ev_run(loop, 0);
 
     int code = relay_exit_code(relay);
-    const struct relay_stats *st = relay_stats(relay);
-    log_info("relay stopped: %llu rows marked SENT, %llu produced, %llu parked",
-             (unsigned long long)st->marked, (unsigned long long)st->produced,
-             (unsigned long long)st->parked);
+    const struct metrics *m = relay_metrics(relay);
+    log_info("relay stopped: %llu rows published, %llu marked SENT, %llu parked",
+             (unsigned long long)m->published_total, (unsigned long long)m->marked_total,
+             (unsigned long long)m->parked_total);
     ev_signal_stop(loop, &sigterm);
     ev_signal_stop(loop, &sigint);
     relay_free(relay);

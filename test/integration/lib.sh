@@ -46,9 +46,18 @@ setup_db() {
     psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
 }
 
+free_port() {
+    local p=$((40000 + RANDOM % 20000))
+    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
+    echo "$p"
+}
+
 # The relay's environment for this test; tests add settings to RELAY_ENV (NAME=value).
+# Each relay serves HTTP on a free port, remembered as HTTP_PORT_<name>.
 relay_env() {
+    RELAY_HTTP_PORT=$(free_port)
     RELAY_BASE_ENV=(OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
+        OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
         OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}")
 }
@@ -61,12 +70,18 @@ start_relay() {
     env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" "$RELAYTEST_RELAY_BIN" "$@" >>"$WORK/relay-$name.log" 2>&1 &
     local pid=$!
     RELAY_PIDS+=("$pid")
-    eval "RELAY_PID_$name=$pid"
+    eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$RELAY_HTTP_PORT"
     echo "$pid"
 }
 RELAY_ENV=()
 
 relay_pid() { eval "echo \${RELAY_PID_$1}"; }
+http_port() { eval "echo \${HTTP_PORT_$1}"; }
+
+# metric NAME METRIC_LINE_PREFIX: prints the value of the first sample line starting with it.
+metric() {
+    curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | awk -v m="$2" 'index($0, m" ") == 1 { print $2; exit }'
+}
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
 stop_relay() {

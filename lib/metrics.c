@@ -1,0 +1,182 @@
+/* Prometheus metrics: histograms and the text exposition format. */
+#include "metrics.h"
+
+#include <string.h>
+
+static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                        0.25,  0.5,    1,     2.5,  5,     10,   30, 60, 300};
+static const double batch_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+
+void histogram_init(struct histogram *h, const double *bounds, size_t n_bounds)
+{
+    memset(h, 0, sizeof(*h));
+    h->bounds = bounds;
+    h->n_bounds = n_bounds < METRICS_MAX_BUCKETS ? n_bounds : METRICS_MAX_BUCKETS;
+}
+
+void histogram_observe(struct histogram *h, double value)
+{
+    size_t i = 0;
+    while (i < h->n_bounds && value > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += value;
+    h->count++;
+}
+
+double histogram_quantile(const struct histogram *h, double q)
+{
+    if (h->count == 0)
+        return 0;
+    double rank = q * (double)h->count;
+    uint64_t seen = 0;
+    for (size_t i = 0; i <= h->n_bounds; i++) {
+        if (seen + h->counts[i] >= rank && h->counts[i] > 0) {
+            double lo = i == 0 ? 0 : h->bounds[i - 1];
+            double hi = i < h->n_bounds ? h->bounds[i] : lo;
+            return lo + (hi - lo) * ((rank - (double)seen) / (double)h->counts[i]);
+        }
+        seen += h->counts[i];
+    }
+    return h->n_bounds ? h->bounds[h->n_bounds - 1] : 0;
+}
+
+const char *failure_reason_name(enum failure_reason r)
+{
+    static const char *const names[] = {"row", "topic", "producer", "transient"};
+    return r < FAILURE_REASONS ? names[r] : "unknown";
+}
+
+void metrics_init(struct metrics *m)
+{
+    memset(m, 0, sizeof(*m));
+    histogram_init(&m->latency, latency_bounds, ARRAY_LEN(latency_bounds));
+    histogram_init(&m->batch_rows, batch_bounds, ARRAY_LEN(batch_bounds));
+}
+
+static void head(struct strbuf *o, const char *name, const char *type, const char *help)
+{
+    strbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(struct strbuf *o, const char *name, const char *help, uint64_t v)
+{
+    head(o, name, "counter", help);
+    strbuf_printf(o, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void gauge(struct strbuf *o, const char *name, const char *help, double v)
+{
+    head(o, name, "gauge", help);
+    strbuf_printf(o, "%s %.17g\n", name, v);
+}
+
+/* Label values: escape backslash, quote and newline. */
+static void label_value(struct strbuf *o, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            strbuf_printf(o, "\\%c", *v);
+        else if (*v == '\n')
+            strbuf_puts(o, "\\n");
+        else
+            strbuf_append(o, v, 1);
+    }
+}
+
+static void histogram(struct strbuf *o, const char *name, const char *help, const struct histogram *h)
+{
+    head(o, name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h->n_bounds; i++) {
+        cum += h->counts[i];
+        strbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+    }
+    cum += h->counts[h->n_bounds];
+    strbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
+                  (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+}
+
+void metrics_render(const struct metrics *m, const char *version, struct strbuf *o)
+{
+    head(o, "outbox_build_info", "gauge", "Build information; always 1.");
+    strbuf_puts(o, "outbox_build_info{version=\"");
+    label_value(o, version);
+    strbuf_puts(o, "\"} 1\n");
+
+    gauge(o, "outbox_pending_rows",
+          "PENDING rows in the outbox (exact up to the count cap, see outbox_pending_rows_exact).",
+          (double)m->pending_rows);
+    gauge(o, "outbox_pending_rows_exact",
+          "1 if outbox_pending_rows is an exact count, 0 if it is an upper bound from ids.",
+          m->pending_rows_exact);
+    gauge(o, "outbox_oldest_pending_age_seconds",
+          "Age of the oldest PENDING row (0 when there is none).", m->oldest_pending_age_seconds);
+    gauge(o, "outbox_failed_rows", "Parked (FAILED) rows waiting for requeue.", (double)m->failed_rows);
+    gauge(o, "outbox_inflight_rows", "Rows claimed and not yet marked SENT.", (double)m->inflight_rows);
+    gauge(o, "outbox_postgres_connected", "1 if the worker connection to PostgreSQL is up.",
+          m->pg_connected);
+    gauge(o, "outbox_kafka_brokers_up", "Kafka brokers the producer is connected to.",
+          m->kafka_brokers_up);
+    gauge(o, "outbox_notify_queue_usage_ratio",
+          "pg_notification_queue_usage(): fraction of the cluster-wide NOTIFY queue in use.",
+          m->notify_queue_usage);
+    gauge(o, "outbox_degraded",
+          "1 if the relay cannot make progress (see outbox_stalled); the process stays alive.",
+          m->degraded);
+
+    head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
+    static const char *const reasons[] = {"postgres_unreachable", "kafka_unreachable",
+                                          "topic_paused", "parked_key", "long_transaction",
+                                          "unknown"};
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++)
+        strbuf_printf(o, "outbox_stalled{reason=\"%s\"} %d\n", reasons[i],
+                      m->stall_reason && strcmp(m->stall_reason, reasons[i]) == 0);
+
+    head(o, "outbox_topic_paused", "gauge", "1 for each topic paused by a topic-level error.");
+    for (size_t i = 0; i < m->n_paused_topics; i++) {
+        strbuf_puts(o, "outbox_topic_paused{topic=\"");
+        label_value(o, m->paused_topics[i]);
+        strbuf_puts(o, "\"} 1\n");
+    }
+
+    head(o, "outbox_long_transaction_age_seconds", "gauge",
+         "Age of the oldest transaction open longer than the threshold (holds back vacuum).");
+    if (m->long_tx_pid || m->long_tx_age_seconds > 0) {
+        strbuf_printf(o, "outbox_long_transaction_age_seconds{pid=\"%d\",xid=\"", m->long_tx_pid);
+        label_value(o, m->long_tx_xid);
+        strbuf_puts(o, "\",application_name=\"");
+        label_value(o, m->long_tx_application);
+        strbuf_puts(o, "\",usename=\"");
+        label_value(o, m->long_tx_user);
+        strbuf_printf(o, "\"} %.3f\n", m->long_tx_age_seconds);
+    }
+
+    counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
+    counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
+    counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
+    counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
+    head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
+    for (int r = 0; r < FAILURE_REASONS; r++)
+        strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
+                      failure_reason_name((enum failure_reason)r),
+                      (unsigned long long)m->publish_failures_total[r]);
+    counter(o, "outbox_parked_total", "Rows parked as FAILED.", m->parked_total);
+    counter(o, "outbox_possible_duplicates_total",
+            "Upper bound of rows published more than once (after a failed delivery, a producer "
+            "reset, or a crash before marking).",
+            m->possible_duplicates_total);
+    counter(o, "outbox_producer_recreated_total", "Producers recreated after fatal errors.",
+            m->producer_recreated_total);
+    counter(o, "outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
+            m->resets_total);
+    counter(o, "outbox_retention_deleted_total", "SENT rows deleted by retention.",
+            m->retention_deleted_total);
+    counter(o, "outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
+            m->pg_reconnects_total);
+    counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
+            m->doorbell_wakeups_total);
+    histogram(o, "outbox_event_latency_seconds",
+              "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
+    histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
+}

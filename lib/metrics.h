@@ -1,0 +1,80 @@
+/* Prometheus metrics of the relay: plain counters, gauges and histograms owned by the
+ * loop thread, rendered to the text exposition format for the HTTP thread's snapshot. */
+#ifndef OUTBOX_METRICS_H
+#define OUTBOX_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define METRICS_MAX_BUCKETS 20
+
+struct histogram {
+    const double *bounds; /* upper bounds, ascending; +Inf is implicit */
+    size_t n_bounds;
+    uint64_t counts[METRICS_MAX_BUCKETS + 1];
+    double sum;
+    uint64_t count;
+};
+
+void histogram_init(struct histogram *h, const double *bounds, size_t n_bounds);
+void histogram_observe(struct histogram *h, double value);
+/* Value at quantile q (0..1) by linear interpolation inside the bucket; 0 if empty. */
+double histogram_quantile(const struct histogram *h, double q);
+
+/* Why a delivery failed, as counted in outbox_publish_failures_total{reason}. */
+enum failure_reason {
+    FAILURE_ROW,       /* the message itself (too large, invalid): counts towards attempts */
+    FAILURE_TOPIC,     /* the topic (authorization, unknown): the topic is paused */
+    FAILURE_PRODUCER,  /* purged by a fatal producer error or a reset; not the row's fault */
+    FAILURE_TRANSIENT, /* anything else */
+    FAILURE_REASONS
+};
+const char *failure_reason_name(enum failure_reason r);
+
+#define METRICS_MAX_PAUSED 16
+
+struct metrics {
+    /* counters */
+    uint64_t claims_total;
+    uint64_t claimed_rows_total;
+    uint64_t published_total;
+    uint64_t marked_total;
+    uint64_t publish_failures_total[FAILURE_REASONS];
+    uint64_t parked_total;
+    uint64_t possible_duplicates_total;
+    uint64_t producer_recreated_total;
+    uint64_t resets_total;
+    uint64_t retention_deleted_total;
+    uint64_t pg_reconnects_total;
+    uint64_t doorbell_wakeups_total;
+    /* gauges */
+    int64_t pending_rows;        /* exact below the count cap, else an upper bound */
+    int pending_rows_exact;
+    double oldest_pending_age_seconds;
+    int64_t failed_rows;
+    int64_t inflight_rows;
+    int pg_connected;
+    int kafka_brokers_up;
+    double notify_queue_usage;
+    int degraded;
+    const char *stall_reason; /* static string or NULL when flowing */
+    char paused_topics[METRICS_MAX_PAUSED][250];
+    size_t n_paused_topics;
+    /* the oldest long-running transaction, if any */
+    double long_tx_age_seconds;
+    int long_tx_pid;
+    char long_tx_xid[24];
+    char long_tx_application[64];
+    char long_tx_user[64];
+    /* histograms */
+    struct histogram latency;    /* created_at -> Kafka acknowledgement, seconds */
+    struct histogram batch_rows; /* rows per claim */
+};
+
+void metrics_init(struct metrics *m);
+/* Appends the exposition text. version is the build's version string. */
+void metrics_render(const struct metrics *m, const char *version, struct strbuf *out);
+
+#endif

@@ -1,0 +1,169 @@
+/* SQL statements over the outbox table. */
+#include "outbox.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema.h"
+#include "util.h"
+
+/* The topic template as a SQL expression over row alias p, so claims can skip paused
+ * topics: 'outbox.event.' || p.aggregate_type. The template was validated (no quotes). */
+static char *topic_expression(const char *tmpl)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_puts(&sb, "coalesce(p.topic, ''");
+    const char *lit = tmpl;
+    for (const char *p = tmpl;; p++) {
+        int agg = strncmp(p, "{aggregate_type}", 16) == 0;
+        int evt = strncmp(p, "{event_type}", 12) == 0;
+        if (*p == '\0' || agg || evt) {
+            if (p > lit)
+                strbuf_printf(&sb, " || '%.*s'", (int)(p - lit), lit);
+            if (*p == '\0')
+                break;
+            strbuf_puts(&sb, agg ? " || p.aggregate_type" : " || p.event_type");
+            p += agg ? 15 : 11;
+            lit = p + 1;
+        }
+    }
+    strbuf_puts(&sb, ")");
+    return sb.buf;
+}
+
+void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    memset(sql, 0, sizeof(*sql));
+    sql->topic_expr = topic_expression(cfg->topic_template);
+    struct strbuf sb;
+
+    /* Every claim starts at the bottom of the pending index and skips only the rows in
+     * flight: it scans the gaps between in-flight ids, so a row that commits late below
+     * rows already published is still found, in id order with the later rows of its key.
+     * Keys with a parked row wait (unless the poison policy is skip); paused topics wait.
+     * The claim also records the highest id claimed, for the duplicates estimate after
+     * a crash (a write only when the mark moves). */
+    struct strbuf parked;
+    strbuf_init(&parked);
+    if (strcmp(cfg->poison_policy, "skip") != 0)
+        strbuf_printf(&parked,
+                      "   AND NOT EXISTS (SELECT 1 FROM %s f"
+                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH c AS ("
+                  " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
+                  "  o.topic, o.payload::text AS payload, o.headers::text AS headers,"
+                  "  (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms, o.attempts"
+                  " FROM unnest($1::int8[], $2::int8[]) AS g(lo, hi)"
+                  " CROSS JOIN LATERAL ("
+                  "  SELECT * FROM %s p"
+                  "  WHERE p.status = 'PENDING' AND p.id BETWEEN g.lo AND g.hi%s"
+                  "   AND (cardinality($4::text[]) = 0 OR %s <> ALL($4::text[]))"
+                  "  ORDER BY p.id LIMIT $3) o"
+                  " ORDER BY o.id LIMIT $3),"
+                  " m AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
+                  "  SELECT $5, max(id) FROM c HAVING count(*) > 0"
+                  "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
+                  "   updated_at = clock_timestamp()"
+                  "  WHERE s.claimed_high < excluded.claimed_high)"
+                  " SELECT * FROM c ORDER BY id",
+                  t, parked.buf, sql->topic_expr, schema_q, name);
+    sql->claim = sb.buf;
+    strbuf_destroy(&parked);
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET status = 'SENT', sent_at = clock_timestamp() "
+                  "WHERE id = ANY($1::int8[]) AND status = 'PENDING'", t);
+    sql->mark = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
+                  "WHERE id = $1::int8 AND status = 'PENDING'", t);
+    sql->park = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND status = 'PENDING'", t);
+    sql->note_failed = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET attempts = attempts + 1, last_error = $2,"
+                  " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
+                  "WHERE id = $1::int8 AND status = 'PENDING' RETURNING status, attempts, event_id,"
+                  " aggregate_id, aggregate_type, event_type,"
+                  " (extract(epoch FROM created_at) * 1000)::int8", t);
+    sql->row_failed = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1", schema_q, name);
+    sql->arm = sb.buf;
+
+    sql->version = schema_version_query(cfg->table);
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
+                  " (SELECT id FROM %s WHERE status = 'PENDING' ORDER BY id LIMIT 1),"
+                  " (SELECT extract(epoch FROM clock_timestamp() - created_at) FROM %s"
+                  "   WHERE status = 'PENDING' ORDER BY id LIMIT 1),"
+                  " (SELECT max(id) FROM %s),"
+                  " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
+                  " pg_notification_queue_usage()",
+                  t, t, t, t, t);
+    sql->stats = sb.buf;
+
+    sql->long_tx = xstrdup(
+        "SELECT pid, xid, age, application_name, usename, query_start FROM ("
+        " SELECT pid, coalesce(backend_xid::text, backend_xmin::text, '') AS xid,"
+        "  extract(epoch FROM clock_timestamp() - xact_start) AS age,"
+        "  coalesce(application_name, '') AS application_name, coalesce(usename::text, '') AS usename,"
+        "  coalesce(to_char(query_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '') AS query_start"
+        " FROM pg_stat_activity"
+        " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        "  AND clock_timestamp() - xact_start > make_interval(secs => $1::int)"
+        " UNION ALL"
+        " SELECT 0, transaction::text, extract(epoch FROM clock_timestamp() - prepared),"
+        "  'prepared transaction ' || gid, owner::text, ''"
+        " FROM pg_prepared_xacts WHERE clock_timestamp() - prepared > make_interval(secs => $1::int)"
+        ") l ORDER BY age DESC LIMIT 1");
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH w AS (SELECT id, status, sent_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
+                  " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM w WHERE status = 'SENT'"
+                  "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)) RETURNING 1)"
+                  " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
+                  " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
+                  "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
+                  t, t);
+    sql->purge = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "
+                  "(SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")",
+                  t, schema_q, name);
+    sql->duplicates = sb.buf;
+
+    free(schema_q);
+    free(t);
+    free(name);
+}
+
+void outbox_sql_destroy(struct outbox_sql *sql)
+{
+    char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
+                    &sql->arm, &sql->version, &sql->stats, &sql->long_tx, &sql->purge,
+                    &sql->duplicates, &sql->topic_expr};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
