@@ -472,11 +472,39 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             cfg->check_config = 1;
             continue;
         }
+        if (strcmp(arg, "--json") == 0) {
+            cfg->json = 1;
+            continue;
+        }
+        if (strcmp(arg, "--all") == 0) {
+            cfg->requeue_all = 1;
+            continue;
+        }
+        if ((strcmp(arg, "--id") == 0 || strcmp(arg, "--key") == 0)) {
+            if (i + 1 >= argc)
+                return set_err(err, errlen, "%s: missing value", arg);
+            char **dst = arg[2] == 'i' ? &cfg->requeue_id : &cfg->requeue_key;
+            const char *v = argv[++i];
+            if (arg[2] == 'i') {
+                char *end;
+                long long id = strtoll(v, &end, 10);
+                if (!*v || *end || id <= 0)
+                    return set_err(err, errlen, "--id: expected a positive row id, got '%s'", v);
+            }
+            free(*dst);
+            *dst = xstrdup(v);
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0) {
             if (have_command)
                 return set_err(err, errlen, "unexpected argument '%s' (see --help)", arg);
-            if (strcmp(arg, "run") != 0 && strcmp(arg, "migrate") != 0)
-                return set_err(err, errlen, "unknown command '%s' (commands: run, migrate)", arg);
+            static const char *const commands[] = {"run", "migrate", "status", "requeue", "purge"};
+            int known = 0;
+            for (size_t c = 0; c < ARRAY_LEN(commands); c++)
+                known |= strcmp(arg, commands[c]) == 0;
+            if (!known)
+                return set_err(err, errlen, "unknown command '%s' (commands: run, migrate, "
+                               "status, requeue, purge)", arg);
             free(cfg->command);
             cfg->command = xstrdup(arg);
             have_command = 1;
@@ -511,6 +539,9 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             return -1;
     }
 
+    if (strcmp(cfg->command, "requeue") == 0 &&
+        !!cfg->requeue_id + !!cfg->requeue_key + cfg->requeue_all != 1)
+        return set_err(err, errlen, "requeue: give exactly one of --id N, --key K, --all");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -546,15 +577,21 @@ void config_destroy(struct config *cfg)
     cfg->n_kafka = 0;
     free(cfg->command);
     cfg->command = NULL;
+    free(cfg->requeue_id);
+    free(cfg->requeue_key);
+    cfg->requeue_id = cfg->requeue_key = NULL;
 }
 
 void config_print_help(FILE *out)
 {
     fprintf(out,
-            "usage: outbox-relay [run|migrate] [--check-config] [--SETTING VALUE]... "
+            "usage: outbox-relay [COMMAND] [--check-config] [--SETTING VALUE]... "
             "[--kafka NAME=VALUE]...\n\n"
             "  run            relay PENDING outbox rows to Kafka (default)\n"
             "  migrate        apply the schema to the outbox table and exit\n"
+            "  status [--json]                 backlog, oldest age, parked rows, topics, relays\n"
+            "  requeue --id N | --key K | --all  parked (FAILED) rows back to PENDING\n"
+            "  purge [--json]                  delete SENT rows older than OUTBOX_RETENTION now\n"
             "  --check-config validate settings and reach PostgreSQL and Kafka, then exit\n"
             "                 (0 ok, 1 unreachable, 2 invalid setting)\n\n"
             "settings (flag, environment variable, default):\n");

@@ -44,7 +44,11 @@ struct config {
     size_t n_kafka;
 
     /* Not settings: what the command line asked for. */
-    char *command;     /* "run" (default), "migrate" */
+    char *command;     /* "run" (default), "migrate", "status", "requeue", "purge" */
+    int json;          /* --json: machine-readable output of status/requeue/purge */
+    char *requeue_id;  /* requeue --id N */
+    char *requeue_key; /* requeue --key K */
+    int requeue_all;   /* requeue --all */
     int check_config;  /* --check-config */
     int show_help;     /* --help */
     int show_version;  /* --version */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "config.h"
 #include "log.h"
 #include "relay.h"
@@ -90,6 +91,27 @@ static int migrate(const struct config *cfg)
     return 0;
 }
 
+static int admin(const struct config *cfg)
+{
+    PGconn *conn = connect_blocking(cfg);
+    if (!conn)
+        return 1;
+    char err[1024];
+    int rc;
+    if (strcmp(cfg->command, "status") == 0)
+        rc = admin_status(conn, cfg, stdout, err, sizeof(err));
+    else if (strcmp(cfg->command, "requeue") == 0)
+        rc = admin_requeue(conn, cfg, stdout, err, sizeof(err));
+    else
+        rc = admin_purge(conn, cfg, stdout, err, sizeof(err));
+    PQfinish(conn);
+    if (rc != 0) {
+        log_error("%s: %s", cfg->command, err);
+        return 1;
+    }
+    return 0;
+}
+
 /* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
 static int check_config(const struct config *cfg)
 {
@@ -147,6 +169,8 @@ int main(int argc, char **argv)
             code = check_config(&cfg);
         else if (strcmp(cfg.command, "migrate") == 0)
             code = migrate(&cfg);
+        else if (strcmp(cfg.command, "run") != 0)
+            code = admin(&cfg);
         else
             code = run(&cfg);
     }

@@ -9,6 +9,7 @@
  *   down ID | up ID           take broker ID down / bring it up
  *   rtt ID MS                 add round-trip time to broker ID
  *   leader TOPIC PART ID      move a partition's leader
+ *   topic_error TOPIC ERR     metadata for TOPIC answers ERR (NO_ERROR clears it)
  *   quit                      exit (also on end of input) */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -106,6 +107,10 @@ int main(int argc, char **argv)
             char *t = strtok(NULL, " \t\n"), *p = strtok(NULL, " \t\n"), *id = strtok(NULL, " \t\n");
             if (t && p && id)
                 rd_kafka_mock_partition_set_leader(mc, t, atoi(p), atoi(id));
+        } else if (!strcmp(cmd, "topic_error")) {
+            char *t = strtok(NULL, " \t\n"), *e = strtok(NULL, " \t\n");
+            if (t && e)
+                rd_kafka_mock_topic_set_error(mc, t, parse_err(e));
         } else {
             fprintf(stderr, "mock-kafka: unknown command %s\n", cmd);
             continue;

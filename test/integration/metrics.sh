@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# /metrics passes `promtool check metrics`; counters advance by exactly N for N rows; with
+# Kafka stopped the backlog and its oldest age grow and the relay reports degraded (while
+# /readyz stays ready by default); after Kafka returns the backlog drains.
+. "$(dirname "$0")/lib.sh"
+setup_db
+start_relay main >/dev/null
+port=$(http_port main)
+wait_until 20 "/metrics answering" curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null
+curl -sf "http://127.0.0.1:$port/metrics" >"$WORK/m0.txt"
+promtool check metrics <"$WORK/m0.txt" || fail "promtool check metrics rejected /metrics"
+for m in outbox_pending_rows outbox_oldest_pending_age_seconds outbox_failed_rows outbox_published_total \
+    outbox_marked_total outbox_publish_failures_total outbox_possible_duplicates_total \
+    outbox_event_latency_seconds_bucket outbox_claim_batch_rows_bucket outbox_inflight_rows \
+    outbox_postgres_connected outbox_kafka_brokers_up outbox_notify_queue_usage_ratio outbox_build_info \
+    outbox_degraded outbox_stalled outbox_long_transaction_age_seconds outbox_retention_deleted_total; do
+    grep -q "^# TYPE $m\b\|^# TYPE ${m%_bucket} histogram" "$WORK/m0.txt" || fail "metric $m missing"
+done
+pub0=$(metric main outbox_published_total)
+marked0=$(metric main outbox_marked_total)
+lat0=$(metric main outbox_event_latency_seconds_count)
+
+writers 4 500 50
+wait_until 60 "2000 rows SENT" all_sent
+wait_until 10 "counters advanced" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_marked_total /{print \$2}') -ge $((marked0 + 2000)) ]"
+pub1=$(metric main outbox_published_total)
+marked1=$(metric main outbox_marked_total)
+lat1=$(metric main outbox_event_latency_seconds_count)
+log "published +$((pub1 - pub0)), marked +$((marked1 - marked0)), latency observations +$((lat1 - lat0))"
+[ $((pub1 - pub0)) = 2000 ] || fail "outbox_published_total advanced by $((pub1 - pub0)), not 2000"
+[ $((marked1 - marked0)) = 2000 ] || fail "outbox_marked_total advanced by $((marked1 - marked0)), not 2000"
+[ $((lat1 - lat0)) = 2000 ] || fail "latency histogram count advanced by $((lat1 - lat0)), not 2000"
+[ "$(metric main outbox_postgres_connected)" = 1 ] || fail "outbox_postgres_connected is not 1"
+wait_until 15 "brokers up reported" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_kafka_brokers_up /{print \$2}') -ge 1 ]"
+
+log "stopping Kafka"
+bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+writers 2 500 50
+wait_until 30 "degraded reported" bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_degraded /{print \$2}')\" = 1 ]"
+wait_until 15 "backlog counted" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_pending_rows /{print \$2}') -ge 1000 ]"
+age1=$(metric main outbox_oldest_pending_age_seconds)
+sleep 6
+age2=$(metric main outbox_oldest_pending_age_seconds)
+log "while Kafka is down: pending $(metric main outbox_pending_rows), oldest age $age1 -> $age2 s"
+awk -v a="$age1" -v b="$age2" 'BEGIN { exit !(b > a) }' || fail "oldest pending age did not grow ($age1 -> $age2)"
+curl -sf "http://127.0.0.1:$port/status" | grep -q '"degraded":true' || fail "/status does not show degraded"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
+[ "$code" = 200 ] || fail "/readyz is $code during a Kafka outage; the default keeps the pod ready"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
+[ "$code" = 200 ] || fail "/healthz is $code"
+
+bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+wait_until 120 "backlog drained after Kafka returned" all_sent
+wait_until 20 "gauges back to normal" bash -c "m=\$(curl -sf http://127.0.0.1:$port/metrics); echo \"\$m\" | grep -q '^outbox_pending_rows 0\$' && echo \"\$m\" | grep -q '^outbox_degraded 0\$'"
+[ "$(metric main outbox_published_total)" -ge $((pub1 + 1000)) ] || fail "published_total did not advance after the outage"
+curl -sf "http://127.0.0.1:$port/metrics" | promtool check metrics || fail "promtool check metrics rejected /metrics after the outage"
+stop_relay main || fail "relay exited with $? on SIGTERM"
+check "$TOPIC_PREFIX.order" || fail "loss across the outage"
+log "ok"
