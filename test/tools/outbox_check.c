@@ -36,6 +36,25 @@ static struct key_state *keys;
 static size_t n_keys, cap_keys;
 static rd_kafka_topic_partition_list_t *assign; /* global: reachable at any exit */
 
+/* Read progress per assigned partition: done when the next offset reaches the high
+ * watermark taken before reading (EOF alone is not trusted). */
+struct part_progress {
+    char topic[256];
+    int32_t partition;
+    int64_t high;
+    int64_t next;
+};
+static struct part_progress progress[4096];
+static int n_progress;
+
+static struct part_progress *progress_of(const char *topic, int32_t partition)
+{
+    for (int i = 0; i < n_progress; i++)
+        if (progress[i].partition == partition && strcmp(progress[i].topic, topic) == 0)
+            return &progress[i];
+    return NULL;
+}
+
 static int cmp_event(const void *a, const void *b)
 {
     return strcmp(((const struct expected_row *)a)->event_id, ((const struct expected_row *)b)->event_id);
@@ -177,10 +196,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "outbox-check: watermarks %s/%d: %s\n", t, p, rd_kafka_err2str(err));
                 return 2;
             }
-            if (hi > lo) {
+            if (hi > lo && n_progress < 4096) {
                 rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(assign, t, p);
                 tp->offset = RD_KAFKA_OFFSET_BEGINNING;
                 total_to_read += hi - lo;
+                struct part_progress *pp = &progress[n_progress++];
+                snprintf(pp->topic, sizeof(pp->topic), "%s", t);
+                pp->partition = p;
+                pp->high = hi;
+                pp->next = lo;
             }
         }
         fprintf(stderr, "outbox-check: topic %s has %d partitions\n", t, np);
@@ -190,7 +214,7 @@ int main(int argc, char **argv)
     free(list);
 
     long long delivered = 0, duplicates = 0, order_violations = 0, mismatches = 0, unexpected = 0;
-    int eof_left = assign->cnt;
+    int eof_left = n_progress; /* partitions not yet read up to their high watermark */
     if (assign->cnt)
         rd_kafka_assign(rk, assign);
     /* Partition counts per topic, for the murmur2 check. */
@@ -201,7 +225,10 @@ int main(int argc, char **argv)
             return 2;
         }
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            eof_left--;
+            struct part_progress *pp = progress_of(rd_kafka_topic_name(m->rkt), m->partition);
+            if (pp && pp->next < pp->high)
+                fprintf(stderr, "outbox-check: early EOF on %s/%d at %lld of %lld; reading on\n",
+                        pp->topic, pp->partition, (long long)pp->next, (long long)pp->high);
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -210,6 +237,11 @@ int main(int argc, char **argv)
             rd_kafka_message_destroy(m);
             continue;
         }
+        struct part_progress *pp = progress_of(rd_kafka_topic_name(m->rkt), m->partition);
+        if (pp && pp->next < pp->high && m->offset + 1 >= pp->high)
+            eof_left--;
+        if (pp && m->offset + 1 > pp->next)
+            pp->next = m->offset + 1;
         delivered++;
         rd_kafka_headers_t *hdrs = NULL;
         const void *val = NULL;
@@ -280,7 +312,8 @@ int main(int argc, char **argv)
         if (rows[i].seen)
             unique++;
         else if (lost++ < 10)
-            fprintf(stderr, "outbox-check: lost id %lld event %s\n", rows[i].id, rows[i].event_id);
+            fprintf(stderr, "outbox-check: lost id %lld event %s key %s\n", rows[i].id,
+                    rows[i].event_id, rows[i].key);
     }
     printf("CHECK expected=%zu delivered_unique=%lld lost=%lld duplicates=%lld order_violations=%lld "
            "partition_mismatches=%lld unexpected=%lld\n",

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Topic-level errors (authorization, unknown topic) on librdkafka's mock cluster pause only
+# that topic: its rows stay PENDING, nothing is parked, other topics flow, and it resumes by
+# itself once the cause is gone.
+. "$(dirname "$0")/lib.sh"
+setup_db
+denied="$TOPIC_PREFIX.payment"
+fine="$TOPIC_PREFIX.order"
+mkfifo "$WORK/mock.in"
+"$RELAYTEST_MOCK_BIN" --brokers 1 --topic "$denied:6" --topic "$fine:6" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
+exec 7>"$WORK/mock.in"
+wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
+BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
+echo "topic_error $denied TOPIC_AUTHORIZATION_FAILED" >&7
+RELAY_ENV=(OUTBOX_TOPIC_PAUSE_MS=1000)
+start_relay main >/dev/null
+writers 2 200 40 payment
+writers 2 200 40 order
+order_sent() { [ "$(psqlc "SELECT count(*) FROM outbox WHERE aggregate_type = 'order' AND status <> 'SENT'")" = 0 ]; }
+wait_until 60 "the healthy topic drained" order_sent
+sleep 3
+pending=$(psqlc "SELECT count(*) FROM outbox WHERE aggregate_type = 'payment' AND status = 'PENDING'")
+log "with $denied denied: $pending payment rows PENDING, $(count_status FAILED) FAILED"
+[ "$pending" = 400 ] || fail "expected all 400 payment rows PENDING, got $pending"
+[ "$(count_status FAILED)" = 0 ] || fail "a topic-level error parked rows"
+grep -q "topic $denied paused" "$WORK/relay-main.log" || fail "no log line names the paused topic"
+curl -sf "http://127.0.0.1:$(http_port main)/metrics" | grep -q "outbox_topic_paused{topic=\"$denied\"} 1" ||
+    fail "outbox_topic_paused does not show $denied"
+echo "topic_error $denied NO_ERROR" >&7
+wait_until 60 "the paused topic resumed and drained" all_sent
+stop_relay main || fail "relay exited with $? on SIGTERM"
+check "$denied,$fine" || fail "loss or disorder around a paused topic"
+echo quit >&7
+log "ok"
