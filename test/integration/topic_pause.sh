@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Topic-level errors (authorization, unknown topic) on librdkafka's mock cluster pause only
-# that topic: its rows stay PENDING, nothing is parked, other topics flow, and it resumes by
-# itself once the cause is gone.
+# A topic-level error (TOPIC_AUTHORIZATION_FAILED on Produce, from librdkafka's mock
+# cluster: the denied topic's partitions lead on broker 1, which fails its Produce
+# requests) pauses only that topic: its rows stay PENDING, nothing is parked, the other
+# topic flows, and it resumes by itself once the cause is gone.
 . "$(dirname "$0")/lib.sh"
 setup_db
 denied="$TOPIC_PREFIX.payment"
 fine="$TOPIC_PREFIX.order"
 mkfifo "$WORK/mock.in"
-"$RELAYTEST_MOCK_BIN" --brokers 1 --topic "$denied:6" --topic "$fine:6" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
+"$RELAYTEST_MOCK_BIN" --brokers 2 --topic "$denied:6" --topic "$fine:6" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
 exec 7>"$WORK/mock.in"
 wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
 BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
-echo "topic_error $denied TOPIC_AUTHORIZATION_FAILED" >&7
-RELAY_ENV=(OUTBOX_TOPIC_PAUSE_MS=1000)
+for p in 0 1 2 3 4 5; do
+    echo "leader $denied $p 1" >&7
+    echo "leader $fine $p 2" >&7
+done
+echo "broker_errors 1 100000 TOPIC_AUTHORIZATION_FAILED" >&7
+RELAY_ENV=(OUTBOX_TOPIC_PAUSE_MS=4000)
 start_relay main >/dev/null
 writers 2 200 40 payment
 writers 2 200 40 order
@@ -24,9 +29,10 @@ log "with $denied denied: $pending payment rows PENDING, $(count_status FAILED) 
 [ "$pending" = 400 ] || fail "expected all 400 payment rows PENDING, got $pending"
 [ "$(count_status FAILED)" = 0 ] || fail "a topic-level error parked rows"
 grep -q "topic $denied paused" "$WORK/relay-main.log" || fail "no log line names the paused topic"
-curl -sf "http://127.0.0.1:$(http_port main)/metrics" | grep -q "outbox_topic_paused{topic=\"$denied\"} 1" ||
-    fail "outbox_topic_paused does not show $denied"
-echo "topic_error $denied NO_ERROR" >&7
+wait_until 10 "outbox_topic_paused shows $denied" bash -c \
+    "curl -sf http://127.0.0.1:$(http_port main)/metrics | grep -q 'outbox_topic_paused{topic=\"$denied\"} 1'"
+# the cause goes away: the denied topic's partitions move to broker 2, which allows them
+for p in 0 1 2 3 4 5; do echo "leader $denied $p 2" >&7; done
 wait_until 60 "the paused topic resumed and drained" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$denied,$fine" || fail "loss or disorder around a paused topic"

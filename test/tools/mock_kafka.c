@@ -10,6 +10,7 @@
  *   rtt ID MS                 add round-trip time to broker ID
  *   leader TOPIC PART ID      move a partition's leader
  *   topic_error TOPIC ERR     metadata for TOPIC answers ERR (NO_ERROR clears it)
+ *   broker_errors ID COUNT ERR  the next COUNT Produce requests to broker ID fail with ERR
  *   quit                      exit (also on end of input) */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -107,6 +108,12 @@ int main(int argc, char **argv)
             char *t = strtok(NULL, " \t\n"), *p = strtok(NULL, " \t\n"), *id = strtok(NULL, " \t\n");
             if (t && p && id)
                 rd_kafka_mock_partition_set_leader(mc, t, atoi(p), atoi(id));
+        } else if (!strcmp(cmd, "broker_errors")) {
+            char *id = strtok(NULL, " \t\n"), *cnt = strtok(NULL, " \t\n"), *e = strtok(NULL, " \t\n");
+            if (id && cnt && e)
+                for (int i = 0; i < atoi(cnt); i++)
+                    rd_kafka_mock_broker_push_request_error_rtts(mc, atoi(id), PRODUCE_API_KEY, 1,
+                                                                 parse_err(e), 0);
         } else if (!strcmp(cmd, "topic_error")) {
             char *t = strtok(NULL, " \t\n"), *e = strtok(NULL, " \t\n");
             if (t && e)
