@@ -80,7 +80,8 @@ http_port() { eval "echo \${HTTP_PORT_$1}"; }
 
 # metric NAME METRIC_LINE_PREFIX: prints the value of the first sample line starting with it.
 metric() {
-    curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | awk -v m="$2" 'index($0, m" ") == 1 { print $2; exit }'
+    # awk reads all input: an early exit would make curl fail with a write error
+    curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | awk -v m="$2" 'index($0, m" ") == 1 && !done { print $2; done = 1 }'
 }
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
