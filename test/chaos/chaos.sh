@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Chaos run: concurrent writers (writer rule, late commits, stalled inserts) insert events
+# over many keys while the relay is SIGKILLed at random moments, Kafka is restarted twice
+# and PostgreSQL once. Then every topic is consumed and compared with the table.
+#   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N]
+# Prints one final line:
+#   CHAOS committed=.. sent=.. delivered_unique=.. lost=.. duplicates=.. order_violations=.. kills=..
+# and exits non-zero if anything was lost or reordered, or a row is left PENDING or FAILED.
+# Uses the servers of scripts/test.sh when RELAYTEST_* is set, else starts its own.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+events=200000 kills=20 keys=1000 clients=8 inflight=5000
+while [ $# -gt 0 ]; do
+    case $1 in
+    --events) events=$2; shift 2 ;;
+    --kills) kills=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --clients) clients=$2; shift 2 ;;
+    *) echo "usage: $0 [--events N] [--kills K] [--keys N] [--clients N]" >&2; exit 2 ;;
+    esac
+done
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
+    bash "$src/scripts/deps.sh"
+    bash "$src/test/env/kafka.sh" fetch
+    [ -f "$src/build/build.ninja" ] || meson setup "$src/build" --buildtype=release >/dev/null
+    ninja -C "$src/build" >/dev/null
+    . "$src/scripts/servers.sh"
+    trap servers_stop EXIT
+    servers_start
+    RELAYTEST_RELAY_BIN=$src/build/outbox-relay
+    RELAYTEST_CHECK_BIN=$src/build/test/outbox-check
+fi
+work=$(mktemp -d /tmp/outbox-chaos.XXXXXX)
+db=chaos_$$
+dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$db"
+bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
+topic_prefix="chaos.$$.$(date +%s)"
+say() { printf '# [%s chaos] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
+
+"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "CREATE DATABASE $db"
+OUTBOX_PG_DSN=$dsn "$RELAYTEST_RELAY_BIN" migrate >"$work/migrate.log" 2>&1
+psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
+       INSERT INTO aggregate SELECT g FROM generate_series(1, $keys) g;
+       CREATE FUNCTION stall() RETURNS trigger LANGUAGE plpgsql AS \$\$
+       BEGIN IF NEW.payload->>'stall' = 'true' THEN PERFORM pg_sleep(0.4); END IF; RETURN NEW; END \$\$;
+       CREATE TRIGGER a_stall BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION stall();"
+# Writer rule: lock the aggregate, insert. 1% commit 0.3 s late; 0.5% stall in a BEFORE
+# trigger after drawing their id.
+cat >"$work/writer.sql" <<SQL
+\set k random(1, $keys)
+\set late random(1, 100)
+\set stall random(1, 200)
+BEGIN;
+UPDATE aggregate SET version = version + 1 WHERE id = :k;
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('order', 'k' || :k, 'E', jsonb_build_object('k', :k, 'stall', :stall = 1, 'pad', repeat('p', 100)));
+SELECT pg_sleep(CASE WHEN :late = 1 THEN 0.3 ELSE 0 END);
+COMMIT;
+SQL
+
+relay_pid=
+start_relay() {
+    env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR= \
+        OUTBOX_TOPIC_TEMPLATE="$topic_prefix.{aggregate_type}" OUTBOX_MAX_INFLIGHT=$inflight \
+        OUTBOX_POLL_INTERVAL_MS=100 OUTBOX_RETENTION=0 OUTBOX_RELAY_NAME=chaos \
+        "$RELAYTEST_RELAY_BIN" >>"$work/relay.log" 2>&1 &
+    relay_pid=$!
+}
+
+writers() {
+    while [ "$(psqlc "SELECT count(*) FROM outbox" 2>/dev/null || echo 0)" -lt "$events" ]; do
+        "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c "$clients" -j 2 -T 3 \
+            -f "$work/writer.sql" "$db" >>"$work/pgbench.log" 2>&1 || sleep 0.5
+    done
+}
+
+start_relay
+writers &
+writer_pid=$!
+done_kills=0 kafka_restarts=0 pg_restarts=0
+while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.3 + (r % 250) / 100 }')"
+    if [ $done_kills -lt "$kills" ]; then
+        kill -KILL "$relay_pid" 2>/dev/null || true
+        wait "$relay_pid" 2>/dev/null || true
+        done_kills=$((done_kills + 1))
+        if [ $kafka_restarts -lt 2 ] && [ $done_kills -ge $(((kafka_restarts + 1) * kills / 3)) ]; then
+            say "restarting Kafka (kill $done_kills)"
+            bash "$src/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+            start_relay
+            sleep 2
+            bash "$src/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+            kafka_restarts=$((kafka_restarts + 1))
+            continue
+        fi
+        if [ $pg_restarts -lt 1 ] && [ $done_kills -ge $((kills / 2)) ]; then
+            say "restarting PostgreSQL (kill $done_kills)"
+            bash "$src/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"
+            start_relay
+            sleep 2
+            bash "$src/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"
+            pg_restarts=$((pg_restarts + 1))
+            continue
+        fi
+        start_relay
+    fi
+done
+wait "$writer_pid"
+say "writers done: $(psqlc "SELECT count(*) FROM outbox") rows; $done_kills kills, $kafka_restarts Kafka and $pg_restarts PostgreSQL restarts"
+kill -0 "$relay_pid" 2>/dev/null || start_relay
+deadline=$((SECONDS + 600))
+until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+kill -TERM "$relay_pid" 2>/dev/null || true
+wait "$relay_pid" 2>/dev/null || true
+
+committed=$(psqlc "SELECT count(*) FROM outbox")
+sent=$(psqlc "SELECT count(*) FROM outbox WHERE status = 'SENT'")
+left=$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")
+"$PG_BIN/psql" -X -At -F $'\t' "$dsn" -c "SELECT id, event_id, aggregate_id FROM outbox ORDER BY id" >"$work/expected.tsv"
+rc=0
+"$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
+    >"$work/check.out" 2>"$work/check.err" || rc=$?
+grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
+line=$(cat "$work/check.out")
+val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
+say "duplicate bound: $done_kills kills x OUTBOX_MAX_INFLIGHT $inflight = $((done_kills * inflight)) (plus resends around Kafka restarts)"
+echo "CHAOS committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills"
+"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "DROP DATABASE $db WITH (FORCE)" || true
+if [ "$rc" != 0 ] || [ "$left" != 0 ] || [ "$(val lost)" != 0 ] || [ "$(val order_violations)" != 0 ]; then
+    say "FAILED: check exit $rc, $left rows not SENT; relay log: $work/relay.log"
+    exit 1
+fi
+rm -rf "$work"
