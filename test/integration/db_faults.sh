@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Database faults: the relay's connections killed with pg_terminate_backend again and again
+# while it claims and marks; statements hitting statement_timeout behind a table lock;
+# PostgreSQL stopped for 30 s. Nothing lost, no crash, order kept.
+. "$(dirname "$0")/lib.sh"
+setup_db
+RELAY_ENV=(OUTBOX_STATEMENT_TIMEOUT_MS=500 OUTBOX_BATCH_SIZE=200)
+start_relay main >/dev/null
+writers 4 3000 200 &
+wp=$!
+terminated=0
+while kill -0 "$wp" 2>/dev/null; do
+    n=$(psqlc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+               WHERE application_name LIKE 'outbox-relay %' AND datname = current_database()")
+    terminated=$((terminated + n))
+    sleep 0.3
+done
+wait "$wp" || fail "writers failed"
+log "terminated $terminated relay connections while relaying"
+[ "$terminated" -ge 10 ] || fail "only $terminated connections terminated"
+wait_until 60 "backlog drained after terminations" all_sent
+grep -q "connection lost" "$WORK/relay-main.log" || fail "relay never noticed a terminated connection"
+
+# statement_timeout: a lock holds every relay statement past 500 ms for 3 s.
+"$PG_BIN/psql" -X -q "$DSN" -c "BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;" >/dev/null &
+lp=$!
+sleep 0.5
+writers 2 100 20 &
+wp=$!
+wait "$lp"
+wait "$wp"
+wait_until 60 "backlog drained after the lock" all_sent
+grep -q "canceling statement due to statement timeout" "$WORK/relay-main.log" || fail "no statement timed out"
+
+log "stopping PostgreSQL for 30 s"
+bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"
+sleep 30
+kill -0 "$(relay_pid main)" || fail "relay exited while PostgreSQL was down"
+bash "$RELAYTEST_SRC/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"
+writers 4 500 200
+wait_until 60 "rows after the outage SENT" all_sent
+stop_relay main || fail "relay exited with $? on SIGTERM"
+check "$TOPIC_PREFIX.order" || fail "loss or disorder under database faults"
+log "ok"
