@@ -8,7 +8,7 @@ packages=(
     libpq-dev librdkafka-dev libev-dev libjansson-dev libmicrohttpd-dev
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
-    valgrind curl jq prometheus
+    valgrind curl jq prometheus clang libclang-rt-14-dev cppcheck
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 

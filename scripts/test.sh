@@ -1,39 +1,72 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs packages, fetches the Kafka jars,
-# starts a throwaway PostgreSQL 15 and Kafka, builds with ASan+UBSan and -Werror (test
-# hooks on), runs the unit and integration tests, and prints "N passed, N failed".
-#   scripts/test.sh [meson test args...]    e.g. scripts/test.sh --suite unit
-set -euo pipefail
+# starts a throwaway PostgreSQL 15 and Kafka, then
+#   1. builds with ASan+UBSan and -Werror (test hooks on) and runs every unit and
+#      integration test;
+#   2. runs the C unit tests and a small integration subset under valgrind memcheck;
+#   3. replays the fuzz regression seeds and fuzzes each libFuzzer target briefly;
+# and prints "N passed, N failed". Exits non-zero on any failure.
+#   scripts/test.sh                      everything
+#   scripts/test.sh [meson test args]    only stage 1, e.g. --suite unit, or a test name
+set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 
-bash scripts/deps.sh
-bash test/env/kafka.sh fetch
+bash scripts/deps.sh || exit 1
+bash test/env/kafka.sh fetch || exit 1
 
-build=${RELAYTEST_BUILD:-build-test}
+build=${OUTBOX_TEST_BUILD:-build-test}
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dtest_hooks=true -Dwerror=true -Db_sanitize=address,undefined \
-        -Db_lundef=false >/dev/null
+        -Db_lundef=false >/dev/null || exit 1
 fi
-ninja -C "$build"
+ninja -C "$build" || exit 1
 
 . scripts/servers.sh
 trap servers_stop EXIT
-servers_start
+servers_start || exit 1
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$src/test/lsan.supp:print_suppressions=0}
 export RELAYTEST_SRC=$src
 
-rc=0
-meson test -C "$build" --print-errorlogs --num-processes 1 "$@" || rc=$?
+passed=0 failed=0
+count() { # meson testlog.json
+    local p t
+    p=$(grep -c '"result": "OK"' "$1" || true)
+    t=$(grep -c '"result":' "$1" || true)
+    passed=$((passed + p))
+    failed=$((failed + t - p))
+    [ "$t" -gt 0 ] || failed=$((failed + 1))
+}
 
-log="$build/meson-logs/testlog.json"
-passed=$(grep -c '"result": "OK"' "$log" || true)
-total=$(grep -c '"result":' "$log" || true)
-failed=$((total - passed))
-echo "$passed passed, $failed failed"
-if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$total" -eq 0 ]; then
-    exit 1
+echo "== stage 1: ASan+UBSan build, unit and integration tests"
+meson test -C "$build" --print-errorlogs --num-processes 1 "$@"
+count "$build/meson-logs/testlog.json"
+
+if [ $# -eq 0 ]; then
+    echo "== stage 2: valgrind memcheck (unit tests, flow and sigterm)"
+    if [ ! -f build-vg/build.ninja ]; then
+        meson setup build-vg -Dtest_hooks=true >/dev/null || exit 1
+    fi
+    ninja -C build-vg >/dev/null || exit 1
+    (unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+     meson test -C build-vg --setup valgrind --print-errorlogs config message backoff murmur2)
+    count build-vg/meson-logs/testlog-valgrind.json
+    vg="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite"
+    vg="$vg --show-leak-kinds=definite --suppressions=$src/test/valgrind.supp"
+    (unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+     RELAY_WRAPPER=$vg meson test -C build-vg --print-errorlogs --num-processes 1 flow sigterm)
+    count build-vg/meson-logs/testlog.json
+
+    echo "== stage 3: fuzzing (regression seeds + ${FUZZ_SECONDS:-20} s per target)"
+    fuzz_out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}" 2>&1)
+    echo "$fuzz_out"
+    passed=$((passed + $(grep -c ': ok' <<<"$fuzz_out" || true)))
+    failed=$((failed + $(grep -c 'FAILED\|crashes' <<<"$fuzz_out" || true)))
+    [ "$(grep -c ': ok' <<<"$fuzz_out" || true)" = 2 ] || failed=$((failed + 1))
 fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -67,7 +67,10 @@ start_relay() {
     local name=$1
     shift
     relay_env
-    env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" "$RELAYTEST_RELAY_BIN" "$@" >>"$WORK/relay-$name.log" 2>&1 &
+    [ -n "${RELAY_WRAPPER:-}" ] && log "relay $name runs under: ${RELAY_WRAPPER%% *}"
+    # RELAY_WRAPPER (e.g. valgrind) runs in front of the relay when set
+    # shellcheck disable=SC2086
+    env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" ${RELAY_WRAPPER:-} "$RELAYTEST_RELAY_BIN" "$@" >>"$WORK/relay-$name.log" 2>&1 &
     local pid=$!
     RELAY_PIDS+=("$pid")
     eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$RELAY_HTTP_PORT"

@@ -18,7 +18,7 @@ static int load(struct config *cfg, char **env, char **argv, char *err, size_t e
 static void test_defaults(void)
 {
     struct config cfg;
-    char err[512];
+    char err[512] = "";
     char *env[] = {NULL};
     char *argv[] = {"outbox-relay", NULL};
     is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "defaults load");
@@ -33,7 +33,7 @@ static void test_defaults(void)
 static void test_env_and_flags(void)
 {
     struct config cfg;
-    char err[512];
+    char err[512] = "";
     char *env[] = {"OUTBOX_BATCH_SIZE=50", "OUTBOX_TABLE=app.events",
                    "OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "OUTBOX_KAFKA_LINGER_MS=7",
                    "PATH=/bin", NULL};
@@ -69,7 +69,7 @@ static void test_file_secret(void)
     char *env[] = {var, NULL};
     char *argv[] = {"outbox-relay", NULL};
     struct config cfg;
-    char err[512];
+    char err[512] = "";
     is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "_FILE loads: %s", err);
     is_str(cfg.pg_dsn, "host=127.0.0.1 password=s3cret", "DSN read from file, newline trimmed");
     config_destroy(&cfg);
@@ -82,7 +82,7 @@ static void test_service_links_ignored(void)
                    "OUTBOX_SOMETHING=1", NULL};
     char *argv[] = {"outbox-relay", NULL};
     struct config cfg;
-    char err[512];
+    char err[512] = "";
     is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "service-link variables do not stop start-up");
     is_int(cfg.n_kafka, 0, "and do not become librdkafka properties");
     config_destroy(&cfg);
