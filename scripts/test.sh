@@ -60,7 +60,17 @@ if [ $# -eq 0 ]; then
      RELAY_WRAPPER=$vg meson test -C build-vg --print-errorlogs --num-processes 1 flow sigterm)
     count build-vg/meson-logs/testlog.json
 
-    echo "== stage 3: fuzzing (regression seeds + ${FUZZ_SECONDS:-20} s per target)"
+    echo "== stage 3: cppcheck"
+    if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --std=c11 \
+        --inline-suppr -I lib lib cmd test/tools fuzz; then
+        echo "cppcheck: ok"
+        passed=$((passed + 1))
+    else
+        echo "cppcheck: FAILED"
+        failed=$((failed + 1))
+    fi
+
+    echo "== stage 4: fuzzing (regression seeds + ${FUZZ_SECONDS:-20} s per target)"
     fuzz_out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}" 2>&1)
     echo "$fuzz_out"
     passed=$((passed + $(grep -c ': ok' <<<"$fuzz_out" || true)))

@@ -62,7 +62,7 @@ static int cmp_event(const void *a, const void *b)
 
 static struct expected_row *find_event(const char *event_id)
 {
-    struct expected_row probe;
+    struct expected_row probe = {0};
     snprintf(probe.event_id, sizeof(probe.event_id), "%s", event_id);
     return bsearch(&probe, rows, n_rows, sizeof(*rows), cmp_event);
 }
@@ -119,8 +119,14 @@ static void load_expected(const char *path)
         char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
         if (!id || !ev || !key)
             continue;
-        if (n_rows == cap)
-            rows = realloc(rows, (cap *= 2) * sizeof(*rows));
+        if (n_rows == cap) {
+            struct expected_row *grown = realloc(rows, (cap *= 2) * sizeof(*rows));
+            if (!grown) {
+                fprintf(stderr, "outbox-check: out of memory\n");
+                exit(2);
+            }
+            rows = grown;
+        }
         rows[n_rows].id = atoll(id);
         snprintf(rows[n_rows].event_id, sizeof(rows[n_rows].event_id), "%s", ev);
         rows[n_rows].key = strdup(key);
