@@ -89,7 +89,8 @@ struct relay {
      * until past this id, so the guilty row fails alone (and only then is counted). */
     int64_t isolate_until_id;
 
-    int busy; /* a worker statement is in flight */
+    int busy;          /* a worker statement is in flight */
+    int last_was_mark; /* the previous worker statement was a mark */
     int schema_ok; /* version checked on the current worker connection */
     int schema_logged;
     int claim_wanted;
@@ -989,6 +990,13 @@ static void listener_notify(void *ctx, const PGnotify *n)
 
 /* ---- scheduling ---------------------------------------------------------- */
 
+static int claim_ready(const struct relay *r)
+{
+    return r->claim_wanted && r->mode == MODE_RUNNING && !r->claim_res &&
+           (!r->isolate_until_id || r->n_rows == 0) &&
+           r->n_rows + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight;
+}
+
 static void kick(struct relay *r)
 {
     if (r->mode == MODE_DONE)
@@ -1011,16 +1019,22 @@ static void kick(struct relay *r)
         worker_send(r, r->sql.version, 1, params, version_done);
     } else if (r->n_updates) {
         send_update(r);
-    } else if (r->n_state[ROW_ACKED]) {
+    } else if (r->n_state[ROW_ACKED] && !(r->last_was_mark && claim_ready(r))) {
+        /* Marks and claims alternate while both are wanted, so that acknowledgements
+         * arriving in small groups cannot starve claiming (and the in-flight window
+         * stays full while Kafka works). */
+        r->last_was_mark = 1;
         send_mark(r);
     } else if (r->n_state[ROW_FAILED] && r->mode == MODE_RESETTING && !r->n_state[ROW_PRODUCED]) {
         send_note_failed(r);
     } else if (r->arm_wanted && r->mode == MODE_RUNNING) {
         send_arm(r);
-    } else if (r->claim_wanted && r->mode == MODE_RUNNING && !r->claim_res &&
-               (!r->isolate_until_id || r->n_rows == 0) &&
-               r->n_rows + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight) {
+    } else if (claim_ready(r)) {
+        r->last_was_mark = 0;
         send_claim(r);
+    } else if (r->n_state[ROW_ACKED]) {
+        r->last_was_mark = 1;
+        send_mark(r);
     }
 }
 
