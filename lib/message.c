@@ -13,6 +13,13 @@ char *message_topic(const char *tmpl, const char *aggregate_type, const char *ev
     struct strbuf sb;
     strbuf_init(&sb);
     for (const char *p = tmpl; *p;) {
+        const char *brace = strchr(p, '{');
+        if (brace != p) { /* copy the literal run up to the next placeholder at once */
+            size_t n = brace ? (size_t)(brace - p) : strlen(p);
+            strbuf_append(&sb, p, n);
+            p += n;
+            continue;
+        }
         if (strncmp(p, "{aggregate_type}", 16) == 0) {
             strbuf_puts(&sb, aggregate_type ? aggregate_type : "");
             p += 16;
@@ -40,24 +47,22 @@ int message_topic_valid(const char *name)
     return 1;
 }
 
-static void add_header(struct message *msg, const char *name, const char *value)
+static int add_header(struct message *msg, const char *name, const char *value)
 {
-    msg->headers = xrealloc(msg->headers, (msg->n_headers + 1) * sizeof(*msg->headers));
-    msg->headers[msg->n_headers++] = (struct message_header){xstrdup(name), xstrdup(value)};
+    if (msg->n_headers == MESSAGE_MAX_HEADERS)
+        return -1;
+    msg->headers[msg->n_headers++] = (struct message_header){name, value};
+    return 0;
 }
 
 void message_destroy(struct message *msg)
 {
     if (!msg)
         return;
-    for (size_t i = 0; i < msg->n_headers; i++) {
-        free(msg->headers[i].name);
-        free(msg->headers[i].value);
-    }
-    free(msg->headers);
     free(msg->topic);
-    msg->headers = NULL;
+    json_decref(msg->json);
     msg->topic = NULL;
+    msg->json = NULL;
     msg->n_headers = 0;
 }
 
@@ -67,39 +72,31 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
     json_t *root = json_loads(json, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
         return set_err(err, errlen, "headers: not valid JSON: %s", jerr.text);
-    int rc = 0;
+    msg->json = root; /* header names and values point into it */
     if (json_is_null(root))
-        goto out;
-    if (!json_is_object(root)) {
-        rc = set_err(err, errlen, "headers: expected a JSON object of strings");
-        goto out;
-    }
+        return 0;
+    if (!json_is_object(root))
+        return set_err(err, errlen, "headers: expected a JSON object of strings");
     const char *name;
     json_t *value;
     json_object_foreach(root, name, value) {
-        if (!json_is_string(value)) {
-            rc = set_err(err, errlen, "headers: member '%s' is not a string", name);
-            goto out;
-        }
-        if (strcmp(name, "event_id") == 0) {
-            rc = set_err(err, errlen, "headers: 'event_id' is reserved for the row's event_id");
-            goto out;
-        }
-        if (name[0] == '\0') {
-            rc = set_err(err, errlen, "headers: empty header name");
-            goto out;
-        }
-        add_header(msg, name, json_string_value(value));
+        if (!json_is_string(value))
+            return set_err(err, errlen, "headers: member '%s' is not a string", name);
+        if (strcmp(name, "event_id") == 0)
+            return set_err(err, errlen, "headers: 'event_id' is reserved for the row's event_id");
+        if (name[0] == '\0')
+            return set_err(err, errlen, "headers: empty header name");
+        if (add_header(msg, name, json_string_value(value)) != 0)
+            return set_err(err, errlen, "headers: more than %d headers", MESSAGE_MAX_HEADERS - 3);
     }
-out:
-    json_decref(root);
-    return rc;
+    return 0;
 }
 
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen)
 {
-    memset(msg, 0, sizeof(*msg));
+    msg->n_headers = 0;
+    msg->json = NULL;
     msg->topic = row->topic ? xstrdup(row->topic)
                             : message_topic(tmpl, row->aggregate_type, row->event_type);
     if (!message_topic_valid(msg->topic)) {

@@ -22,20 +22,26 @@ struct outbox_row {
     int attempts;
 };
 
+/* Names and values are borrowed: from the row, or from the parsed headers JSON that the
+ * message keeps alive until message_destroy. Nothing is copied per header. */
 struct message_header {
-    char *name;
-    char *value;
+    const char *name;
+    const char *value;
 };
 
+#define MESSAGE_MAX_HEADERS 64
+
 struct message {
-    char *topic;
-    struct message_header *headers;
+    char *topic; /* owned */
+    struct message_header headers[MESSAGE_MAX_HEADERS];
     size_t n_headers;
+    void *json; /* the row's parsed headers (jansson), owned */
 };
 
 /* Maps a row. Returns 0, or -1 with err naming what makes the row unpublishable
- * (bad headers JSON, reserved header, invalid topic). msg is filled on success only;
- * release it with message_destroy. row and tmpl are borrowed. */
+ * (bad headers JSON, reserved header, too many headers, invalid topic). msg is filled on
+ * success only; release it with message_destroy. row and tmpl are borrowed and must
+ * outlive msg (its headers point into the row). */
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen);
 void message_destroy(struct message *msg);

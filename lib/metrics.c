@@ -3,8 +3,11 @@
 
 #include <string.h>
 
-static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                        0.25,  0.5,    1,     2.5,  5,     10,   30, 60, 300};
+/* Fine below 50 ms, where the latency target lives; coarse above. */
+static const double latency_bounds[] = {0.001, 0.002,  0.003, 0.004, 0.005, 0.0075, 0.01,
+                                        0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03,   0.04,
+                                        0.05,  0.075,  0.1,   0.25,  0.5,   1,      2.5,
+                                        5,     10,     30,    60,    300};
 static const double batch_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
 
 void histogram_init(struct histogram *h, const double *bounds, size_t n_bounds)

@@ -8,7 +8,7 @@
 
 #include "util.h"
 
-#define METRICS_MAX_BUCKETS 20
+#define METRICS_MAX_BUCKETS 32
 
 struct histogram {
     const double *bounds; /* upper bounds, ascending; +Inf is implicit */

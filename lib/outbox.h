@@ -6,8 +6,8 @@
 #include "config.h"
 
 struct outbox_sql {
-    char *claim;         /* $1 gap starts, $2 gap ends, $3 limit, $4 paused topics, $5 relay name */
-    char *mark;          /* $1 ids */
+    char *claim;         /* $1 gap starts, $2 gap ends, $3 limit, $4 paused topics */
+    char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
     char *row_failed;    /* $1 id, $2 reason, $3 max attempts: attempts+1, parks at the limit */

@@ -586,8 +586,8 @@ static void send_claim(struct relay *r)
     paused_literal(r, &paused);
     char limit[16];
     snprintf(limit, sizeof(limit), "%d", claim_limit(r));
-    const char *params[5] = {lo.buf, hi.buf, limit, paused.buf, r->cfg->relay_name};
-    if (worker_send(r, r->sql.claim, 5, params, claim_done) == 0) {
+    const char *params[4] = {lo.buf, hi.buf, limit, paused.buf};
+    if (worker_send(r, r->sql.claim, 4, params, claim_done) == 0) {
         r->claim_wanted = 0;
         ev_timer_stop(r->loop, &r->poll_timer);
     }
@@ -636,8 +636,10 @@ static void send_mark(struct relay *r)
         n++;
     }
     strbuf_puts(&ids, "}");
-    const char *params[1] = {ids.buf};
-    if (worker_send(r, r->sql.mark, 1, params, mark_done) != 0)
+    char high[24];
+    snprintf(high, sizeof(high), "%lld", (long long)(r->n_rows ? r->rows[r->n_rows - 1].id : 0));
+    const char *params[3] = {ids.buf, r->cfg->relay_name, high};
+    if (worker_send(r, r->sql.mark, 3, params, mark_done) != 0)
         for (size_t i = 0; i < r->n_rows; i++)
             if (r->rows[i].state == ROW_MARKING)
                 set_state(r, &r->rows[i], ROW_ACKED);
@@ -649,19 +651,19 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
 {
     if (!r->cfg->dead_letter_topic[0])
         return;
-    struct message msg = {.topic = xstrdup(r->cfg->dead_letter_topic)};
-    struct message_header hdrs[5] = {
-        {"event_id", (char *)row->event_id},
-        {"event_type", (char *)(row->event_type ? row->event_type : "")},
-        {"aggregate_type", (char *)(row->aggregate_type ? row->aggregate_type : "")},
-        {"outbox_error", (char *)reason},
-        {"outbox_id", NULL},
-    };
     char id[24];
     snprintf(id, sizeof(id), "%lld", (long long)row->id);
-    hdrs[4].value = id;
-    msg.headers = hdrs;
-    msg.n_headers = 5;
+    struct message msg = {
+        .topic = xstrdup(r->cfg->dead_letter_topic),
+        .headers = {
+            {"event_id", row->event_id},
+            {"event_type", row->event_type ? row->event_type : ""},
+            {"aggregate_type", row->aggregate_type ? row->aggregate_type : ""},
+            {"outbox_error", reason},
+            {"outbox_id", id},
+        },
+        .n_headers = 5,
+    };
     /* Only a payload that fits: the reason may be that it is too large. */
     int with_payload = row->payload && row->payload_len < 512 * 1024;
     rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row->aggregate_id,
@@ -671,7 +673,7 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
     if (err)
         log_warn("relay: dead-letter copy of row %lld not sent: %s", (long long)row->id,
                  rd_kafka_err2str(err));
-    free(msg.topic);
+    message_destroy(&msg);
 }
 
 static void update_done(void *ctx, PGresult *res)
@@ -1232,7 +1234,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     strbuf_init(&setup);
     strbuf_printf(&setup,
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
-                  "SET application_name = 'outbox-relay ",
+                  "SET synchronous_commit = off; SET application_name = 'outbox-relay ",
                   cfg->statement_timeout_ms);
     for (const char *p = cfg->relay_name; *p && setup.len < 120; p++)
         if (*p != '\'' && *p != '\\')

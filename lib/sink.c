@@ -33,7 +33,7 @@ static const char *const producer_defaults[][2] = {
     {"partitioner", "murmur2_random"},
     {"enable.gapless.guarantee", "true"},
     {"message.timeout.ms", "0"},
-    {"linger.ms", "5"},
+    {"linger.ms", "2"},
     {"batch.num.messages", "10000"},
     {"compression.codec", "lz4"},
     {"client.id", "outbox-relay"},

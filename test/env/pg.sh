@@ -3,6 +3,7 @@
 #   pg.sh start DIR PORT    initdb DIR if new, start on 127.0.0.1:PORT (trust auth, db "outbox")
 #   pg.sh stop DIR          fast shutdown
 #   pg.sh kill DIR          immediate shutdown (crash-like)
+# PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark).
 # initdb and pg_ctl refuse to run as root, so as root they run as the "postgres" user.
 set -euo pipefail
 bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -27,14 +28,15 @@ start() {
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
 shared_buffers = 256MB
 max_connections = 200
 max_prepared_transactions = 10
 log_min_messages = warning
 CONF
+        # Tests trade durability for speed; the benchmark (PG_DURABLE=1) keeps it.
+        if [ "${PG_DURABLE:-0}" != 1 ]; then
+            printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n' >>"$dir/data/postgresql.conf"
+        fi
     fi
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
         { tail -20 "$dir/server.log" >&2; return 1; }

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# The relay's benchmark: starts a throwaway PostgreSQL 15 (durable: fsync on) and Kafka
+# with the test scripts, and measures in one run
+#   1. ceiling     the PostgreSQL-only cost of the relay's own claim and mark statements
+#   2. throughput  the relay draining a backlog (1 KB JSON payloads, 10,000 keys) into Kafka
+#   3. latency     commit -> consumed at a steady 2,000 events/s from 8 concurrent writers
+#   4. writers     writer tps (8 clients, one outbox row per transaction) with vs without relay
+#   5. cost        relay CPU per event, peak RSS with the backlog, CPU while idle
+#   6. growth      drain throughput over the first vs the last 10% of events through one table
+# Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller.
+#   bench/bench.sh [--quick] [--out DIR]
+# The last line is:
+#   RESULT ceiling_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
+#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=..
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+quick=0 out=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) quick=1; shift ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: $0 [--quick] [--out DIR]" >&2; exit 2 ;;
+    esac
+done
+if [ $quick = 1 ]; then
+    N=100000 GROWTH=300000 LAT_S=15 WRITER_S=8 IDLE_S=15 REPEATS=1
+else
+    N=1000000 GROWTH=3000000 LAT_S=60 WRITER_S=20 IDLE_S=60 REPEATS=3
+fi
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+out=${out:-$(mktemp -d /tmp/outbox-bench.XXXXXX)}
+mkdir -p "$out"
+say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+bash scripts/deps.sh
+bash test/env/kafka.sh fetch
+[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
+ninja -C build >/dev/null
+relay_bin=$src/build/outbox-relay
+. scripts/servers.sh
+export PG_DURABLE=1
+trap 'kill_relay; servers_stop' EXIT
+servers_start
+dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=bench"
+bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
+http_port=$((RELAYTEST_KAFKA_PORT + 7))
+psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
+"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "CREATE DATABASE bench"
+OUTBOX_PG_DSN=$dsn "$relay_bin" migrate >/dev/null 2>&1
+psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
+       INSERT INTO aggregate SELECT g FROM generate_series(1, 10000) g"
+# Writers commit with synchronous_commit=off so that the latency figure measures the relay,
+# not the disk's fsync queue (created_at is then the commit time within a millisecond).
+cat >"$out/writer.sql" <<'SQL'
+\set k random(1, 10000)
+BEGIN;
+SET LOCAL synchronous_commit = off;
+UPDATE aggregate SET version = version + 1 WHERE id = :k;
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
+COMMIT;
+SQL
+
+relay_pid=
+start_relay() {
+    env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR="127.0.0.1:$http_port" \
+        OUTBOX_TOPIC_TEMPLATE="bench.{aggregate_type}" OUTBOX_LOG_LEVEL=warn "$relay_bin" >>"$out/relay.log" 2>&1 &
+    relay_pid=$!
+    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null && return 0; sleep 0.1; done
+}
+kill_relay() {
+    [ -n "$relay_pid" ] || return 0
+    kill -TERM "$relay_pid" 2>/dev/null || true
+    wait "$relay_pid" 2>/dev/null || true
+    relay_pid=
+}
+metric() { curl -sf "http://127.0.0.1:$http_port/metrics" | awk -v m="$1" '$1 == m { v = $2 } END { print v + 0 }'; }
+marked() { metric outbox_marked_total; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+tick_hz=$(getconf CLK_TCK)
+backlog() { # rows: a backlog of 1 KB JSON rows over 10,000 keys, vacuumed and analysed
+    psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+           SELECT 'bench', 'k' || (g % 10000), 'Created', jsonb_build_object('seq', g, 'pad', repeat(md5(g::text), 30))
+           FROM generate_series(1, $1) g"
+    psqlc "VACUUM ANALYZE outbox"
+}
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+now() { date +%s.%N; }
+
+for run in $(seq 1 $REPEATS); do
+    say "run $run/$REPEATS: ceiling over $N rows"
+    psqlc "TRUNCATE outbox"
+    backlog "$N"
+    ./build/bench/pg-ceiling --pg-dsn "$dsn" | tee -a "$out/ceiling.txt" >&2
+    psqlc "TRUNCATE outbox"
+    backlog "$N"
+    ./build/bench/pg-ceiling --pg-dsn "$dsn" --variant delete | tee -a "$out/ceiling-delete.txt" >&2
+
+    say "run $run/$REPEATS: relay draining $N rows"
+    psqlc "TRUNCATE outbox"
+    backlog "$N"
+    start_relay
+    c0=$(cpu_ticks "$relay_pid")
+    # The clock starts at the last moment no claim had run yet (connecting and getting a
+    # producer id are not draining); the metrics snapshot lags, so this errs early.
+    t0=$(now)
+    while [ "$(metric outbox_claims_total)" = 0 ]; do
+        t0=$(now)
+        sleep 0.02
+    done
+    : >"$out/drain-$run.tsv"
+    while [ "$(marked)" != "$N" ]; do
+        printf '%s\t%s\n' "$(now)" "$(marked)" >>"$out/drain-$run.tsv"
+        sleep 0.5
+    done
+    t1=$(now)
+    c1=$(cpu_ticks "$relay_pid")
+    rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$relay_pid/status")
+    awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f\n", n / (b - a) }' >>"$out/throughput.txt"
+    awk -v n="$N" -v c="$((c1 - c0))" -v hz="$tick_hz" 'BEGIN { printf "%.2f\n", c / hz * 1e6 / n }' >>"$out/cpu.txt"
+    awk -v k="$rss_kb" 'BEGIN { printf "%.1f\n", k / 1024 }' >>"$out/rss.txt"
+    say "drained in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+
+    say "run $run/$REPEATS: idle CPU for $IDLE_S s"
+    sleep 2
+    c0=$(cpu_ticks "$relay_pid")
+    sleep "$IDLE_S"
+    c1=$(cpu_ticks "$relay_pid")
+    awk -v c="$((c1 - c0))" -v hz="$tick_hz" -v s="$IDLE_S" 'BEGIN { printf "%.3f\n", c / hz / s * 100 }' >>"$out/idle.txt"
+
+    say "run $run/$REPEATS: latency at 2,000 events/s for $LAT_S s"
+    curl -sf "http://127.0.0.1:$http_port/metrics" >"$out/metrics-before-$run.txt"
+    ./build/bench/e2e-latency --bootstrap "$bootstrap" --topic bench.bench >"$out/latency-$run.txt" 2>/dev/null &
+    lat_pid=$!
+    sleep 2
+    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -R 2000 -T "$LAT_S" \
+        -f "$out/writer.sql" bench >"$out/pgbench-latency-$run.txt" 2>&1
+    sleep 2
+    kill -TERM "$lat_pid"
+    wait "$lat_pid" || true
+    sleep 0.6
+    curl -sf "http://127.0.0.1:$http_port/metrics" >"$out/metrics-after-$run.txt"
+    bench/hist_quantiles.sh "$out/metrics-before-$run.txt" "$out/metrics-after-$run.txt" >"$out/ack-latency-$run.txt"
+    echo "commit -> Kafka ack (relay histogram): $(cat "$out/ack-latency-$run.txt")" >&2
+    echo "commit -> consumed (e2e consumer):     $(cat "$out/latency-$run.txt")" >&2
+
+    say "run $run/$REPEATS: writer tps with and without the relay, $WRITER_S s each"
+    pgb() { "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -T "$WRITER_S" \
+        -f "$out/writer.sql" bench 2>&1 | awk '/^tps/ { print $3; exit }'; }
+    with=$(pgb)
+    kill_relay
+    psqlc "VACUUM outbox"
+    without=$(pgb)
+    awk -v a="$with" -v b="$without" 'BEGIN { printf "%.3f\n", a / b }' >>"$out/writer.txt"
+    say "writer tps: $with with the relay, $without without"
+    echo "$with $without" >>"$out/writer-tps.txt"
+done
+
+say "growth: $GROWTH events through one table in 10 chunks"
+psqlc "TRUNCATE outbox"
+start_relay
+chunk=$((GROWTH / 10))
+: >"$out/growth.txt"
+done_rows=$(marked)
+for i in $(seq 1 10); do
+    psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+           SELECT 'bench', 'k' || (g % 10000), 'Created', jsonb_build_object('seq', g, 'pad', repeat(md5(g::text), 30))
+           FROM generate_series(1, $chunk) g"
+    t0=$(now)
+    target=$((done_rows + chunk))
+    while [ "$(marked)" -lt "$target" ]; do sleep 0.2; done
+    t1=$(now)
+    done_rows=$target
+    eps=$(awk -v n="$chunk" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
+    echo "$i $eps $(psqlc "SELECT pg_total_relation_size('outbox')")" >>"$out/growth.txt"
+    say "growth chunk $i: $eps events/s"
+done
+kill_relay
+
+ceiling=$(sed -n 's/.* eps=\([0-9]*\).*/\1/p' "$out/ceiling.txt" | median)
+ceiling_delete=$(sed -n 's/.* eps=\([0-9]*\).*/\1/p' "$out/ceiling-delete.txt" | median)
+throughput=$(median <"$out/throughput.txt")
+p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
+p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
+p999=$(sed -n 's/.*p999_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
+e2e_p99=$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' "$out"/latency-*.txt | median)
+writer=$(median <"$out/writer.txt")
+cpu=$(median <"$out/cpu.txt")
+rss=$(median <"$out/rss.txt")
+idle=$(median <"$out/idle.txt")
+growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
+ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
+say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
+say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
+say "figures and raw data in $out"
+echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth"

@@ -1,0 +1,91 @@
+/* Benchmark helper: end-to-end latency, commit -> consumed. Reads every partition of a
+ * topic from its end and, for each message, takes now - message timestamp (the relay sets
+ * the timestamp to the row's created_at). Runs until SIGTERM/SIGINT, then prints
+ *   LATENCY count=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=..
+ * Consumer fetch settings are tuned for latency (fetch.wait.max.ms=5). The figure is an
+ * upper bound of commit -> Kafka acknowledgement: it adds the consumer's fetch.
+ *   e2e-latency --bootstrap B --topic T */
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+static void on_signal(int s) { (void)s; stop = 1; }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const char *bootstrap = NULL, *topic = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
+            bootstrap = argv[++i];
+        else if (!strcmp(argv[i], "--topic") && i + 1 < argc)
+            topic = argv[++i];
+    }
+    if (!bootstrap || !topic) {
+        fprintf(stderr, "usage: e2e-latency --bootstrap B --topic T\n");
+        return 2;
+    }
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", "e2e-latency", err, sizeof(err));
+    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "5", err, sizeof(err));
+    rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "5", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    int parts = 0;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    while (!stop && parts == 0) {
+        const struct rd_kafka_metadata *md;
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0) {
+            if (md->topic_cnt == 1 && !md->topics[0].err)
+                parts = md->topics[0].partition_cnt;
+            rd_kafka_metadata_destroy(md);
+        }
+        if (!parts)
+            usleep(200000);
+    }
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(parts);
+    for (int p = 0; p < parts; p++)
+        rd_kafka_topic_partition_list_add(list, topic, p)->offset = RD_KAFKA_OFFSET_END;
+    rd_kafka_assign(rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    fprintf(stderr, "e2e-latency: reading %s (%d partitions)\n", topic, parts);
+    size_t n = 0, cap = 1 << 16;
+    double *lat = malloc(cap * sizeof(double));
+    while (!stop) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m)
+            continue;
+        if (!m->err) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double now_ms = ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+            int64_t stamp = rd_kafka_message_timestamp(m, NULL);
+            if (n == cap)
+                lat = realloc(lat, (cap *= 2) * sizeof(double));
+            lat[n++] = now_ms - (double)stamp;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    qsort(lat, n, sizeof(double), cmp_double);
+#define Q(q) (n ? lat[(size_t)((q) * (double)(n - 1))] : 0)
+    printf("LATENCY count=%zu p50_ms=%.1f p99_ms=%.1f p999_ms=%.1f max_ms=%.1f\n", n, Q(0.5), Q(0.99),
+           Q(0.999), n ? lat[n - 1] : 0);
+    free(lat);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return 0;
+}

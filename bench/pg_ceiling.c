@@ -1,0 +1,94 @@
+/* Benchmark helper: the PostgreSQL-only cost of the relay's own claim and mark statements
+ * over the table's PENDING rows, without Kafka: claim a batch (exactly the relay's SQL,
+ * nothing in flight), mark it, repeat until nothing is left. Prints events/s.
+ *   pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete]
+ * variant delete replaces the mark with DELETE-on-send (the cheapest alternative). */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "outbox.h"
+#include "util.h"
+
+int main(int argc, char **argv)
+{
+    const char *dsn = "", *variant = "relay";
+    int batch = 1000;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--pg-dsn") && i + 1 < argc)
+            dsn = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc)
+            variant = argv[++i];
+        else {
+            fprintf(stderr, "usage: pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete]\n");
+            return 2;
+        }
+    }
+    PGconn *conn = PQconnectdb(dsn);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        fprintf(stderr, "pg-ceiling: %s", PQerrorMessage(conn));
+        return 1;
+    }
+    struct config cfg = {.table = "public.outbox", .topic_template = "outbox.event.{aggregate_type}",
+                         .poison_policy = "block"};
+    struct outbox_sql sql;
+    outbox_sql_init(&sql, &cfg);
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%d", batch);
+    const char *claim_params[4] = {"{0}", "{9223372036854775807}", limit, "{}"};
+    PQclear(PQexec(conn, "SET synchronous_commit = off")); /* as the relay's worker */
+    const char *delete_sql = "DELETE FROM public.outbox WHERE id = ANY($1::int8[])";
+    long long total = 0;
+    int64_t claim_us = 0, mark_us = 0, start = mono_us();
+    struct strbuf ids;
+    strbuf_init(&ids);
+    for (;;) {
+        int64_t t0 = mono_us();
+        PGresult *res = PQexecParams(conn, sql.claim, 4, NULL, claim_params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            fprintf(stderr, "pg-ceiling: claim: %s", PQresultErrorMessage(res));
+            return 1;
+        }
+        int n = PQntuples(res);
+        /* the relay reads every column; so does the ceiling */
+        size_t bytes = 0;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < PQnfields(res); c++)
+                bytes += (size_t)PQgetlength(res, i, c);
+        (void)bytes;
+        strbuf_reset(&ids);
+        strbuf_puts(&ids, "{");
+        for (int i = 0; i < n; i++)
+            strbuf_printf(&ids, "%s%s", i ? "," : "", PQgetvalue(res, i, 0));
+        strbuf_puts(&ids, "}");
+        PQclear(res);
+        int64_t t1 = mono_us();
+        claim_us += t1 - t0;
+        if (n == 0)
+            break;
+        const char *mark_params[3] = {ids.buf, "pg-ceiling", "0"};
+        int del = strcmp(variant, "delete") == 0;
+        res = PQexecParams(conn, del ? delete_sql : sql.mark, del ? 1 : 3, NULL, mark_params, NULL,
+                           NULL, 0);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+            fprintf(stderr, "pg-ceiling: mark: %s", PQresultErrorMessage(res));
+            return 1;
+        }
+        PQclear(res);
+        mark_us += mono_us() - t1;
+        total += n;
+    }
+    double secs = (double)(mono_us() - start) / 1e6;
+    printf("CEILING variant=%s events=%lld seconds=%.2f eps=%.0f claim_ms_per_1000=%.2f "
+           "mark_ms_per_1000=%.2f\n",
+           variant, total, secs, total / secs, total ? claim_us / 1000.0 / total * 1000 : 0,
+           total ? mark_us / 1000.0 / total * 1000 : 0);
+    strbuf_destroy(&ids);
+    outbox_sql_destroy(&sql);
+    PQfinish(conn);
+    return 0;
+}
