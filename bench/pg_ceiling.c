@@ -39,7 +39,13 @@ int main(int argc, char **argv)
     outbox_sql_init(&sql, &cfg);
     char limit[16];
     snprintf(limit, sizeof(limit), "%d", batch);
-    const char *claim_params[4] = {"{0}", "{9223372036854775807}", limit, "{}"};
+    struct strbuf parts;
+    strbuf_init(&parts);
+    strbuf_puts(&parts, "{");
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        strbuf_printf(&parts, "%s%d", p ? "," : "", p);
+    strbuf_puts(&parts, "}");
+    const char *claim_params[5] = {"{0}", "{9223372036854775807}", limit, "{}", parts.buf};
     PQclear(PQexec(conn, "SET synchronous_commit = off")); /* as the relay's worker */
     const char *delete_sql = "DELETE FROM public.outbox WHERE id = ANY($1::int8[])";
     long long total = 0;
@@ -48,7 +54,7 @@ int main(int argc, char **argv)
     strbuf_init(&ids);
     for (;;) {
         int64_t t0 = mono_us();
-        PGresult *res = PQexecParams(conn, sql.claim, 4, NULL, claim_params, NULL, NULL, 0);
+        PGresult *res = PQexecParams(conn, sql.claim, 5, NULL, claim_params, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             fprintf(stderr, "pg-ceiling: claim: %s", PQresultErrorMessage(res));
             return 1;

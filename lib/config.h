@@ -35,6 +35,7 @@ struct config {
     int long_tx_seconds;
     char *relay_name;
     int topic_pause_ms;
+    int lease_timeout_ms;
     enum log_level log_level;
     enum log_format log_format;
     char *log_level_name;

@@ -179,6 +179,14 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
             m->pg_reconnects_total);
     counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
             m->doorbell_wakeups_total);
+    gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
+          (double)m->lease_partitions_held);
+    counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
+            m->lease_rebalances_total);
+    counter(o, "outbox_lease_takeovers_total",
+            "Partitions taken over from a relay that did not release them.", m->lease_takeovers_total);
+    counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
+            m->lease_lost_total);
     histogram(o, "outbox_event_latency_seconds",
               "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
     histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);

@@ -49,6 +49,10 @@ struct metrics {
     uint64_t retention_deleted_total;
     uint64_t pg_reconnects_total;
     uint64_t doorbell_wakeups_total;
+    uint64_t lease_rebalances_total;
+    uint64_t lease_takeovers_total;
+    uint64_t lease_lost_total;
+    int64_t lease_partitions_held;
     /* gauges */
     int64_t pending_rows;        /* exact below the count cap, else an upper bound */
     int pending_rows_exact;

@@ -56,11 +56,13 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "WITH c AS ("
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
                   "  o.topic, o.payload::text AS payload, o.headers::text AS headers,"
-                  "  (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms, o.attempts"
+                  "  (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms, o.attempts,"
+                  "  o.lease_partition"
                   " FROM unnest($1::int8[], $2::int8[]) AS g(lo, hi)"
                   " CROSS JOIN LATERAL ("
                   "  SELECT * FROM %s p"
-                  "  WHERE p.status = 'PENDING' AND p.id BETWEEN g.lo AND g.hi%s"
+                  "  WHERE p.status = 'PENDING' AND p.id BETWEEN g.lo AND g.hi"
+                  "   AND p.lease_partition = ANY($5::int2[])%s"
                   "   AND (cardinality($4::text[]) = 0 OR %s <> ALL($4::text[]))"
                   "  ORDER BY p.id LIMIT $3) o"
                   " ORDER BY o.id LIMIT $3)"
@@ -155,6 +157,37 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   t, schema_q, name);
     sql->duplicates = sb.buf;
 
+    /* Leases: session advisory locks (key, partition) on the worker connection. */
+    uint32_t h = 2166136261u;
+    for (const char *c = cfg->table; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    sql->lease_key = (int)(h & 0x7fffffff);
+    sql->lease_scan = xstrdup(
+        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        "  AND application_name LIKE 'outbox-relay %'"
+        "  AND application_name NOT IN ('outbox-relay listen', 'outbox-relay monitor')),"
+        " array(SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid"
+        "  AND objsubid = 2 AND granted"
+        "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))::text");
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT p, pg_try_advisory_lock($1::int, p),"
+                  " (SELECT event FROM %s.\"%s_lease_log\" l WHERE l.lease_partition = p"
+                  "  ORDER BY id DESC LIMIT 1)"
+                  " FROM unnest($2::int[]) p",
+                  schema_q, name);
+    sql->lease_acquire = sb.buf;
+    sql->lease_release = xstrdup("SELECT pg_advisory_unlock($1::int, p) FROM unnest($2::int[]) p");
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "INSERT INTO %s.\"%s_lease_log\" (lease_partition, relay, event, at, publish_from,"
+                  " publish_until) SELECT p, $2, e, to_timestamp(a / 1000.0),"
+                  " to_timestamp(nullif(f, 0) / 1000.0), to_timestamp(nullif(u, 0) / 1000.0)"
+                  " FROM unnest($1::int[], $3::text[], $4::int8[], $5::int8[], $6::int8[])"
+                  "  AS l(p, e, a, f, u)",
+                  schema_q, name);
+    sql->lease_log = sb.buf;
+
     free(schema_q);
     free(t);
     free(name);
@@ -164,7 +197,8 @@ void outbox_sql_destroy(struct outbox_sql *sql)
 {
     char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
                     &sql->arm, &sql->version, &sql->stats, &sql->long_tx, &sql->purge,
-                    &sql->duplicates, &sql->topic_expr};
+                    &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
+                    &sql->lease_release, &sql->lease_log};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

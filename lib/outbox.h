@@ -3,6 +3,9 @@
 #ifndef OUTBOX_OUTBOX_H
 #define OUTBOX_OUTBOX_H
 
+/* Lease partitions of the table, fixed by schema/001 (lease_partition column). */
+#define OUTBOX_LEASE_PARTITIONS 64
+
 #include "config.h"
 
 struct outbox_sql {
@@ -18,6 +21,12 @@ struct outbox_sql {
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
     char *duplicates;    /* rows a previous relay may have published: PENDING below its claim mark */
     char *topic_expr;    /* SQL expression of a row's topic (alias p) */
+    char *lease_scan;    /* $1 lock key: live relays, and partitions locked by anyone */
+    char *lease_acquire; /* $1 lock key, $2 partitions: which were got, and their last log event */
+    char *lease_release; /* $1 lock key, $2 partitions */
+    char *lease_log;     /* $1 partitions, $2 relay, $3 events, $4 at, $5 publish_from, $6 publish_until
+                            (arrays of equal length; times in ms, 0 = NULL) */
+    int lease_key;       /* advisory lock key of this table (first half of the two-key form) */
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);

@@ -38,6 +38,7 @@ struct inflight_row {
     int64_t id;
     int64_t created_ms;
     int attempts;
+    int partition; /* lease partition */
     enum row_state state;
     rd_kafka_resp_err_t err;   /* delivery error while ROW_FAILED */
     enum failure_reason fail;
@@ -50,6 +51,23 @@ struct row_update {
     int64_t id;
     char *reason;
     int count_attempt; /* 1: attempts+1, parks at OUTBOX_MAX_ATTEMPTS; 0: park now */
+};
+
+/* A lease partition as this relay sees it. It publishes rows of a partition only while
+ * ACTIVE: after acquiring the advisory lock and waiting out the grace period when the
+ * previous holder did not release it cleanly (it may still be publishing until its own
+ * deadline), and never after its own deadline without contact with PostgreSQL. */
+enum lease_state { LEASE_FREE, LEASE_GRACE, LEASE_ACTIVE, LEASE_DRAINING };
+
+struct lease {
+    enum lease_state state;
+    int64_t publish_from_ms; /* monotonic */
+};
+
+struct lease_event {
+    int partition;
+    const char *event;
+    int64_t at, publish_from, publish_until; /* wall clock ms; 0 = NULL */
 };
 
 struct paused_topic {
@@ -89,6 +107,18 @@ struct relay {
      * until past this id, so the guilty row fails alone (and only then is counted). */
     int64_t isolate_until_id;
 
+    struct lease leases[OUTBOX_LEASE_PARTITIONS];
+    struct lease_event *lease_events; /* lease log rows not yet written */
+    size_t n_lease_events;
+    size_t lease_events_sent; /* how many the statement in flight writes */
+    int lease_due;         /* time to scan and rebalance */
+    int lease_relays;      /* live relays at the last scan */
+    int64_t last_contact_ms; /* monotonic send time of the last statement that succeeded */
+    int64_t sent_ms;         /* monotonic send time of the statement in flight */
+    int64_t grace_ms, deadline_ms;
+    char incarnation[256];   /* relay name/pid: this process in the lease log */
+    ev_timer lease_timer;
+
     int busy;          /* a worker statement is in flight */
     int last_was_mark; /* the previous worker statement was a mark */
     int schema_ok; /* version checked on the current worker connection */
@@ -126,6 +156,8 @@ struct relay {
 };
 
 static void kick(struct relay *r);
+static int active_partitions(struct relay *r, struct strbuf *out);
+static void lose_leases(struct relay *r, const char *why);
 
 /* ---- in-flight window ---------------------------------------------------- */
 
@@ -418,13 +450,23 @@ static int worker_send(struct relay *r, const char *sql, int nparams, const char
     if (pgconn_query(r->worker, sql, nparams, params, cb, r) != 0)
         return -1;
     r->busy = 1;
+    r->sent_ms = mono_ms();
     return 0;
+}
+
+/* A worker statement came back: the session (and its advisory locks) was alive when it
+ * was sent. */
+static void contact(struct relay *r, PGresult *res)
+{
+    r->busy = 0;
+    if (res)
+        r->last_contact_ms = r->sent_ms;
 }
 
 static void version_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     if (!res)
         return;
     if (!result_ok(res)) {
@@ -509,7 +551,7 @@ static int claim_limit(const struct relay *r)
 static void claim_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     r->m.claims_total++;
     if (!result_ok(res)) {
         statement_failed(r, "claim", res);
@@ -536,6 +578,7 @@ static void claim_done(void *ctx, PGresult *res)
             .id = strtoll(PQgetvalue(res, i, 0), NULL, 10),
             .created_ms = strtoll(PQgetvalue(res, i, 8), NULL, 10),
             .attempts = atoi(PQgetvalue(res, i, 9)),
+            .partition = atoi(PQgetvalue(res, i, 10)) & (OUTBOX_LEASE_PARTITIONS - 1),
             .state = ROW_QUEUED,
         };
     }
@@ -568,7 +611,12 @@ static void paused_literal(struct relay *r, struct strbuf *out)
 
 static void send_claim(struct relay *r)
 {
-    struct strbuf lo, hi, paused;
+    struct strbuf lo, hi, paused, parts;
+    strbuf_init(&parts);
+    if (!active_partitions(r, &parts)) {
+        strbuf_destroy(&parts);
+        return; /* no partition to publish yet (grace, or none held) */
+    }
     strbuf_init(&lo);
     strbuf_init(&hi);
     strbuf_init(&paused);
@@ -586,11 +634,12 @@ static void send_claim(struct relay *r)
     paused_literal(r, &paused);
     char limit[16];
     snprintf(limit, sizeof(limit), "%d", claim_limit(r));
-    const char *params[4] = {lo.buf, hi.buf, limit, paused.buf};
-    if (worker_send(r, r->sql.claim, 4, params, claim_done) == 0) {
+    const char *params[5] = {lo.buf, hi.buf, limit, paused.buf, parts.buf};
+    if (worker_send(r, r->sql.claim, 5, params, claim_done) == 0) {
         r->claim_wanted = 0;
         ev_timer_stop(r->loop, &r->poll_timer);
     }
+    strbuf_destroy(&parts);
     strbuf_destroy(&lo);
     strbuf_destroy(&hi);
     strbuf_destroy(&paused);
@@ -599,7 +648,7 @@ static void send_claim(struct relay *r)
 static void mark_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     if (!result_ok(res)) {
         statement_failed(r, "mark", res);
         PQclear(res);
@@ -679,7 +728,7 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
 static void update_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     struct row_update *u = &r->updates[0];
     if (!result_ok(res)) {
         statement_failed(r, "writing back a failed row", res);
@@ -734,7 +783,7 @@ static void send_update(struct relay *r)
 static void note_failed_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     if (!result_ok(res)) {
         statement_failed(r, "recording failed deliveries", res);
         PQclear(res);
@@ -773,7 +822,7 @@ static void send_note_failed(struct relay *r)
 static void arm_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
-    r->busy = 0;
+    contact(r, res);
     if (!result_ok(res)) {
         statement_failed(r, "arming the doorbell", res);
         PQclear(res);
@@ -791,6 +840,275 @@ static void send_arm(struct relay *r)
     const char *params[1] = {r->cfg->notify_channel};
     r->arm_wanted = 0;
     worker_send(r, r->sql.arm, 1, params, arm_done);
+}
+
+/* ---- leases ---------------------------------------------------------------- */
+
+static int leases_held(const struct relay *r)
+{
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        n += r->leases[p].state == LEASE_GRACE || r->leases[p].state == LEASE_ACTIVE;
+    return n;
+}
+
+static void log_lease(struct relay *r, int partition, const char *event, int64_t from, int64_t until)
+{
+    r->lease_events = xrealloc(r->lease_events, (r->n_lease_events + 1) * sizeof(*r->lease_events));
+    r->lease_events[r->n_lease_events++] = (struct lease_event){partition, event, wall_ms(), from, until};
+}
+
+/* The session that held the locks is gone or may be: stop publishing every partition at
+ * once, drop what is queued in the producer, and log the loss (written once reconnected). */
+static void lose_leases(struct relay *r, const char *why)
+{
+    int lost = 0;
+    int64_t now = wall_ms();
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        if (r->leases[p].state == LEASE_FREE)
+            continue;
+        log_lease(r, p, "lost", 0, now);
+        r->leases[p].state = LEASE_FREE;
+        lost++;
+    }
+    if (!lost)
+        return;
+    r->m.lease_lost_total += (uint64_t)lost;
+    log_warn("lease: lost %d partitions (%s); producer queue purged, their rows stay PENDING", lost, why);
+    release_claim(r);
+    sink_abandon(r->sink, 200);
+    start_reset(r, "lease partitions lost");
+}
+
+static void lease_log_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    contact(r, res);
+    if (!result_ok(res)) {
+        statement_failed(r, "writing the lease log", res);
+        PQclear(res);
+        return;
+    }
+    PQclear(res);
+    /* the first lease_events_sent events are written; later ones arrived meanwhile */
+    memmove(r->lease_events, r->lease_events + r->lease_events_sent,
+            (r->n_lease_events - r->lease_events_sent) * sizeof(*r->lease_events));
+    r->n_lease_events -= r->lease_events_sent;
+    r->lease_events_sent = 0;
+    kick(r);
+}
+
+/* Writes every queued lease event in one statement. */
+static void send_lease_log(struct relay *r)
+{
+    struct strbuf parts, events, at, from, until;
+    struct strbuf *all[] = {&parts, &events, &at, &from, &until};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        strbuf_init(all[i]);
+        strbuf_puts(all[i], "{");
+    }
+    for (size_t i = 0; i < r->n_lease_events; i++) {
+        const struct lease_event *e = &r->lease_events[i];
+        const char *sep = i ? "," : "";
+        strbuf_printf(&parts, "%s%d", sep, e->partition);
+        strbuf_printf(&events, "%s%s", sep, e->event);
+        strbuf_printf(&at, "%s%lld", sep, (long long)e->at);
+        strbuf_printf(&from, "%s%lld", sep, (long long)e->publish_from);
+        strbuf_printf(&until, "%s%lld", sep, (long long)e->publish_until);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        strbuf_puts(all[i], "}");
+    const char *params[6] = {parts.buf, r->incarnation, events.buf, at.buf, from.buf, until.buf};
+    if (worker_send(r, r->sql.lease_log, 6, params, lease_log_done) == 0)
+        r->lease_events_sent = r->n_lease_events;
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        strbuf_destroy(all[i]);
+}
+
+static void lease_acquire_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    contact(r, res);
+    if (!result_ok(res)) {
+        statement_failed(r, "acquiring lease partitions", res);
+        PQclear(res);
+        return;
+    }
+    int64_t now = mono_ms(), wall = wall_ms();
+    int got = 0, takeovers = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        int p = atoi(PQgetvalue(res, i, 0));
+        if (strcmp(PQgetvalue(res, i, 1), "t") != 0 || p < 0 || p >= OUTBOX_LEASE_PARTITIONS)
+            continue;
+        /* The previous holder may still be publishing until its own deadline unless it
+         * released the partition cleanly (or it was this very process). */
+        const char *last = PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2);
+        int clean = !last || strcmp(last, "released") == 0 ||
+                    (strcmp(last, "lost") == 0 && strcmp(PQgetvalue(res, i, 3), r->incarnation) == 0);
+        int64_t wait = clean ? 0 : r->grace_ms;
+        r->leases[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
+        r->leases[p].publish_from_ms = now + wait;
+        log_lease(r, p, "acquired", wall + wait, 0);
+        got++;
+        takeovers += !clean;
+    }
+    PQclear(res);
+    if (got) {
+        r->m.lease_takeovers_total += (uint64_t)takeovers;
+        log_info("lease: acquired %d partitions (%d taken over from a relay that did not release "
+                 "them: publishing after a %lld ms grace); holding %d of %d with %d relays",
+                 got, takeovers, (long long)(takeovers ? r->grace_ms : 0), leases_held(r),
+                 OUTBOX_LEASE_PARTITIONS, r->lease_relays);
+        r->claim_wanted = 1;
+    }
+    kick(r);
+}
+
+static void lease_release_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    contact(r, res);
+    if (!result_ok(res)) {
+        statement_failed(r, "releasing lease partitions", res);
+        PQclear(res);
+        return;
+    }
+    PQclear(res);
+    int64_t now = wall_ms();
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->leases[p].state == LEASE_DRAINING && r->leases[p].publish_from_ms == -1) {
+            r->leases[p].state = LEASE_FREE;
+            log_lease(r, p, "released", 0, now);
+            n++;
+        }
+    log_info("lease: released %d partitions; holding %d", n, leases_held(r));
+    kick(r);
+}
+
+/* Releases draining partitions that have nothing in flight any more. Returns 1 if a
+ * statement was sent. */
+static int send_lease_release(struct relay *r)
+{
+    int inflight[OUTBOX_LEASE_PARTITIONS] = {0};
+    for (size_t i = 0; i < r->n_rows; i++)
+        inflight[r->rows[i].partition]++;
+    struct strbuf parts;
+    strbuf_init(&parts);
+    strbuf_puts(&parts, "{");
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->leases[p].state == LEASE_DRAINING && !inflight[p]) {
+            strbuf_printf(&parts, "%s%d", n++ ? "," : "", p);
+            r->leases[p].publish_from_ms = -1; /* marks "in this release" */
+        }
+    strbuf_puts(&parts, "}");
+    int sent = 0;
+    if (n) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+        const char *params[2] = {key, parts.buf};
+        sent = worker_send(r, r->sql.lease_release, 2, params, lease_release_done) == 0;
+    }
+    strbuf_destroy(&parts);
+    return sent;
+}
+
+static void lease_scan_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    contact(r, res);
+    if (!result_ok(res)) {
+        statement_failed(r, "scanning lease partitions", res);
+        PQclear(res);
+        return;
+    }
+    int relays = atoi(PQgetvalue(res, 0, 0));
+    int locked[OUTBOX_LEASE_PARTITIONS] = {0};
+    const char *list = PQgetvalue(res, 0, 1);
+    for (const char *c = list; *c;) {
+        if (*c >= '0' && *c <= '9') {
+            int p = atoi(c);
+            if (p >= 0 && p < OUTBOX_LEASE_PARTITIONS)
+                locked[p] = 1;
+            while (*c >= '0' && *c <= '9')
+                c++;
+        } else {
+            c++;
+        }
+    }
+    PQclear(res);
+    if (relays < 1)
+        relays = 1;
+    if (relays != r->lease_relays && r->lease_relays)
+        log_info("lease: %d relays share the table (was %d)", relays, r->lease_relays);
+    r->lease_relays = relays;
+    int target = (OUTBOX_LEASE_PARTITIONS + relays - 1) / relays;
+    int held = leases_held(r);
+    if (held > target && r->mode == MODE_RUNNING) {
+        /* give back the highest partitions: stop claiming them, release once drained */
+        int give = held - target;
+        for (int p = OUTBOX_LEASE_PARTITIONS - 1; p >= 0 && give > 0; p--)
+            if (r->leases[p].state == LEASE_ACTIVE || r->leases[p].state == LEASE_GRACE) {
+                r->leases[p].state = LEASE_DRAINING;
+                give--;
+            }
+        r->m.lease_rebalances_total++;
+        log_info("lease: handing back %d partitions to balance %d relays", held - target, relays);
+    } else if (held < target && r->mode == MODE_RUNNING) {
+        struct strbuf parts;
+        strbuf_init(&parts);
+        strbuf_puts(&parts, "{");
+        int n = 0;
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && n < target - held; p++)
+            if (!locked[p] && r->leases[p].state == LEASE_FREE)
+                strbuf_printf(&parts, "%s%d", n++ ? "," : "", p);
+        strbuf_puts(&parts, "}");
+        if (n) {
+            char key[16];
+            snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+            const char *params[2] = {key, parts.buf};
+            worker_send(r, r->sql.lease_acquire, 2, params, lease_acquire_done);
+        }
+        strbuf_destroy(&parts);
+    }
+    if (!r->busy)
+        kick(r);
+}
+
+/* Lease housekeeping on a timer: the client-side deadline, grace periods, and a scan. */
+static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    int64_t now = mono_ms();
+    if (leases_held(r) + 0 > 0 && now - r->last_contact_ms > r->deadline_ms) {
+        char why[96];
+        snprintf(why, sizeof(why), "no answer from PostgreSQL for %lld ms",
+                 (long long)(now - r->last_contact_ms));
+        lose_leases(r, why);
+        pgconn_reset(r->worker, why); /* a new session; the old one's locks go with it */
+    }
+    r->lease_due = 1;
+    kick(r);
+}
+
+/* GRACE partitions whose time has come start publishing. Returns the ACTIVE set as an
+ * int2[] literal in out; 0 if there is none. */
+static int active_partitions(struct relay *r, struct strbuf *out)
+{
+    int64_t now = mono_ms();
+    int n = 0;
+    strbuf_puts(out, "{");
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        if (r->leases[p].state == LEASE_GRACE && now >= r->leases[p].publish_from_ms)
+            r->leases[p].state = LEASE_ACTIVE;
+        if (r->leases[p].state == LEASE_ACTIVE)
+            strbuf_printf(out, "%s%d", n++ ? "," : "", p);
+    }
+    strbuf_puts(out, "}");
+    return n;
 }
 
 /* ---- producing ----------------------------------------------------------- */
@@ -840,6 +1158,11 @@ static void produce_claimed(struct relay *r)
         };
         struct inflight_row *slot = find_row(r, row.id);
         if (!slot || slot->state != ROW_QUEUED) {
+            r->claim_next++;
+            continue;
+        }
+        if (r->leases[slot->partition].state != LEASE_ACTIVE) {
+            remove_one(r, slot); /* the lease is going or gone: the row stays PENDING */
             r->claim_next++;
             continue;
         }
@@ -965,9 +1288,9 @@ static void worker_ready(void *ctx)
 static void worker_lost(void *ctx, const char *why)
 {
     struct relay *r = ctx;
-    (void)why;
     r->busy = 0;
     r->m.pg_reconnects_total++;
+    lose_leases(r, why); /* the session's advisory locks are gone with it */
 }
 
 static void listener_ready(void *ctx)
@@ -1009,9 +1332,17 @@ static void kick(struct relay *r)
         advance_reset(r);
     if (r->mode == MODE_DRAINING && r->n_state[ROW_PRODUCED] == 0 && r->n_state[ROW_ACKED] == 0 &&
         r->n_state[ROW_MARKING] == 0 && r->n_updates == 0) {
-        log_info("shutdown: all acknowledged rows marked; exiting");
-        finish(r, 0);
-        return;
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+            if (r->leases[p].state == LEASE_ACTIVE || r->leases[p].state == LEASE_GRACE)
+                r->leases[p].state = LEASE_DRAINING;
+        int leases_left = 0;
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+            leases_left += r->leases[p].state != LEASE_FREE;
+        if ((!leases_left && !r->n_lease_events) || !pgconn_connected(r->worker)) {
+            log_info("shutdown: all acknowledged rows marked, leases released; exiting");
+            finish(r, 0);
+            return;
+        }
     }
     if (r->busy || !pgconn_idle(r->worker) || ev_is_active(&r->retry_timer))
         return;
@@ -1021,6 +1352,16 @@ static void kick(struct relay *r)
         worker_send(r, r->sql.version, 1, params, version_done);
     } else if (r->n_updates) {
         send_update(r);
+    } else if (r->n_lease_events) {
+        send_lease_log(r);
+    } else if (send_lease_release(r)) {
+        /* drained partitions handed back */
+    } else if (r->lease_due && (r->mode == MODE_RUNNING || r->mode == MODE_RESETTING)) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+        const char *params[1] = {key};
+        r->lease_due = 0;
+        worker_send(r, r->sql.lease_scan, 1, params, lease_scan_done);
     } else if (r->n_state[ROW_ACKED] && !(r->last_was_mark && claim_ready(r))) {
         /* Marks and claims alternate while both are wanted, so that acknowledgements
          * arriving in small groups cannot starve claiming (and the in-flight window
@@ -1122,6 +1463,7 @@ static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct relay *r = w->data;
     struct metrics *m = &r->m;
     m->inflight_rows = (int64_t)r->n_rows;
+    m->lease_partitions_held = leases_held(r);
     m->pg_connected = pgconn_connected(r->worker);
     m->kafka_brokers_up = sink_brokers_up(r->sink);
     m->n_paused_topics = r->n_paused < METRICS_MAX_PAUSED ? r->n_paused : METRICS_MAX_PAUSED;
@@ -1234,8 +1576,11 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     strbuf_init(&setup);
     strbuf_printf(&setup,
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
-                  "SET synchronous_commit = off; SET application_name = 'outbox-relay ",
-                  cfg->statement_timeout_ms);
+                  "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
+                  "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
+                  "SET tcp_user_timeout = %d; SET application_name = 'outbox-relay ",
+                  cfg->statement_timeout_ms, cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
+                  cfg->lease_timeout_ms / 2);
     for (const char *p = cfg->relay_name; *p && setup.len < 120; p++)
         if (*p != '\'' && *p != '\\')
             strbuf_append(&setup, p, 1);
@@ -1262,6 +1607,13 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->reset_timer.data = r;
     ev_init(&r->shutdown_timer, shutdown_timeout_cb);
     r->shutdown_timer.data = r;
+    r->grace_ms = cfg->lease_timeout_ms * 2 / 5;    /* > the old holder's deadline */
+    r->deadline_ms = cfg->lease_timeout_ms * 3 / 10; /* < the server's detection time */
+    snprintf(r->incarnation, sizeof(r->incarnation), "%s/%d", cfg->relay_name, (int)getpid());
+    ev_timer_init(&r->lease_timer, lease_timer_cb, cfg->lease_timeout_ms / 5000.0,
+                  cfg->lease_timeout_ms / 5000.0);
+    r->lease_timer.data = r;
+    r->lease_due = 1;
     ev_timer_init(&r->log_timer, log_cb, LOG_INTERVAL_S, LOG_INTERVAL_S);
     r->log_timer.data = r;
     ev_timer_init(&r->publish_timer, publish_cb, 0.0, PUBLISH_INTERVAL_S);
@@ -1292,6 +1644,7 @@ void relay_start(struct relay *r)
     monitor_start(r->monitor);
     ev_timer_start(r->loop, &r->log_timer);
     ev_timer_start(r->loop, &r->publish_timer);
+    ev_timer_start(r->loop, &r->lease_timer);
 }
 
 void relay_free(struct relay *r)
@@ -1304,6 +1657,7 @@ void relay_free(struct relay *r)
     ev_timer_stop(r->loop, &r->shutdown_timer);
     ev_timer_stop(r->loop, &r->log_timer);
     ev_timer_stop(r->loop, &r->publish_timer);
+    ev_timer_stop(r->loop, &r->lease_timer);
     ev_prepare_stop(r->loop, &r->kick_prepare);
     http_free(r->http);
     sink_free(r->sink);
@@ -1315,6 +1669,7 @@ void relay_free(struct relay *r)
     for (size_t i = 0; i < r->n_updates; i++)
         free(r->updates[i].reason);
     free(r->updates);
+    free(r->lease_events);
     free(r->rows);
     outbox_sql_destroy(&r->sql);
     free(r);

@@ -75,3 +75,16 @@ CREATE TABLE @SCHEMA@."@NAME@_relay_state" (
     claimed_high bigint NOT NULL,
     updated_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 ) WITH (fillfactor = 50);
+
+-- Lease log: every lease partition a relay acquires, releases or loses, with the relay's
+-- own timestamps: it publishes partition p only within [publish_from, publish_until].
+CREATE TABLE @SCHEMA@."@NAME@_lease_log" (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    lease_partition smallint NOT NULL,
+    relay         text NOT NULL,
+    event         text NOT NULL CHECK (event IN ('acquired', 'released', 'lost')),
+    at            timestamptz NOT NULL,
+    publish_from  timestamptz,
+    publish_until timestamptz
+);
+CREATE INDEX "@NAME@_lease_log_partition_idx" ON @SCHEMA@."@NAME@_lease_log" (lease_partition, id);
