@@ -33,7 +33,7 @@ out=${out:-$(mktemp -d /tmp/outbox-bench.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-bash scripts/deps.sh
+RELAYTEST_EXTRA_PACKAGES=gnuplot-nox bash scripts/deps.sh
 bash test/env/kafka.sh fetch
 [ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
 ninja -C build >/dev/null
@@ -63,11 +63,13 @@ COMMIT;
 SQL
 
 relay_pid=
-start_relay() {
-    env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR="127.0.0.1:$http_port" \
-        OUTBOX_TOPIC_TEMPLATE="bench.{aggregate_type}" OUTBOX_LOG_LEVEL=warn "$relay_bin" >>"$out/relay.log" 2>&1 &
+start_relay() { # [port] [name]
+    env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR="127.0.0.1:${1:-$http_port}" \
+        OUTBOX_TOPIC_TEMPLATE="bench.{aggregate_type}" OUTBOX_LOG_LEVEL=warn OUTBOX_RELAY_NAME="${2:-bench}" \
+        "$relay_bin" >>"$out/relay.log" 2>&1 &
     relay_pid=$!
-    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null && return 0; sleep 0.1; done
+    local port=${1:-$http_port}
+    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && return 0; sleep 0.1; done
 }
 kill_relay() {
     [ -n "$relay_pid" ] || return 0
@@ -178,6 +180,28 @@ for i in $(seq 1 10); do
 done
 kill_relay
 
+say "scale-out: draining $N rows with 3 relays on the same machine"
+psqlc "TRUNCATE outbox"
+backlog "$N"
+pids=()
+for i in 1 2 3; do
+    start_relay $((http_port + i)) "bench-$i"
+    pids+=("$relay_pid")
+done
+relay_pid=
+sum_marked() {
+    local t=0 i
+    for i in 1 2 3; do
+        t=$((t + $(curl -sf "http://127.0.0.1:$((http_port + i))/metrics" | awk '$1 == "outbox_marked_total" { v = $2 } END { print v + 0 }')))
+    done
+    echo "$t"
+}
+t0=$(now)
+while [ "$(sum_marked)" -lt "$N" ]; do sleep 0.25; done
+t1=$(now)
+for p in "${pids[@]}"; do kill -TERM "$p"; wait "$p" || true; done
+three=$(awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
+
 ceiling=$(sed -n 's/.* eps=\([0-9]*\).*/\1/p' "$out/ceiling.txt" | median)
 ceiling_delete=$(sed -n 's/.* eps=\([0-9]*\).*/\1/p' "$out/ceiling-delete.txt" | median)
 throughput=$(median <"$out/throughput.txt")
@@ -194,4 +218,6 @@ ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
 say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
 say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
+bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
+echo "RELAYS one_eps=$throughput three_eps=$three"
 echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth"

@@ -122,14 +122,16 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   " coalesce(host(a.client_addr), 'local') AS client_addr,"
                   " to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS connected_since,"
                   " s.claimed_high,"
-                  " to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS last_claim_at"
+                  " to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS last_claim_at,"
+                  " (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'"
+                  "   AND l.classid = %d::oid AND l.objsubid = 2 AND l.granted) AS partitions"
                   " FROM pg_stat_activity a LEFT JOIN %s.\"%s_relay_state\" s"
                   "  ON s.relay = substr(a.application_name, 14)"
                   " WHERE a.application_name LIKE 'outbox-relay %%'"
                   "  AND a.application_name NOT IN ('outbox-relay listen', 'outbox-relay monitor')"
                   "  AND a.datname = current_database()"
                   " ORDER BY 1",
-                  schema_q, name);
+                  sql.lease_key, schema_q, name);
     if (!(relays = run(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
 
@@ -142,7 +144,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
         json_object_set_new(doc, "failed_rows", cell(summary, 0, 3, 1));
         json_object_set_new(doc, "parked", rows_json(parked, "1000100"));
         json_object_set_new(doc, "topics", rows_json(topics, "011"));
-        json_object_set_new(doc, "relays", rows_json(relays, "010010"));
+        json_object_set_new(doc, "relays", rows_json(relays, "0100101"));
         char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
         fprintf(out, "%s\n", text);
         free(text);

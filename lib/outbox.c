@@ -171,10 +171,10 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))::text");
     strbuf_init(&sb);
     strbuf_printf(&sb,
-                  "SELECT p, pg_try_advisory_lock($1::int, p),"
-                  " (SELECT event FROM %s.\"%s_lease_log\" l WHERE l.lease_partition = p"
-                  "  ORDER BY id DESC LIMIT 1)"
-                  " FROM unnest($2::int[]) p",
+                  "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay"
+                  " FROM unnest($2::int[]) p"
+                  " LEFT JOIN LATERAL (SELECT event, relay FROM %s.\"%s_lease_log\" l"
+                  "  WHERE l.lease_partition = p ORDER BY id DESC LIMIT 1) last ON true",
                   schema_q, name);
     sql->lease_acquire = sb.buf;
     sql->lease_release = xstrdup("SELECT pg_advisory_unlock($1::int, p) FROM unnest($2::int[]) p");

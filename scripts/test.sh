@@ -4,7 +4,9 @@
 #   1. builds with ASan+UBSan and -Werror (test hooks on) and runs every unit and
 #      integration test;
 #   2. runs the C unit tests and a small integration subset under valgrind memcheck;
-#   3. replays the fuzz regression seeds and fuzzes each libFuzzer target briefly;
+#   3. runs cppcheck;
+#   4. replays the fuzz regression seeds and fuzzes each libFuzzer target briefly;
+#   5. runs the benchmark's quick mode (figures printed, not asserted);
 # and prints "N passed, N failed". Exits non-zero on any failure.
 #   scripts/test.sh                      everything
 #   scripts/test.sh [meson test args]    only stage 1, e.g. --suite unit, or a test name
@@ -32,18 +34,19 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$src/test/lsan.supp:print_suppr
 export RELAYTEST_SRC=$src
 
 passed=0 failed=0
-count() { # meson testlog.json
-    local p t
-    p=$(grep -c '"result": "OK"' "$1" || true)
-    t=$(grep -c '"result":' "$1" || true)
-    passed=$((passed + p))
-    failed=$((failed + t - p))
-    [ "$t" -gt 0 ] || failed=$((failed + 1))
+summary=$(mktemp)
+count() { # adds meson test's summary (in $summary) to the totals; skipped counts as failed
+    local ok bad
+    ok=$(awk '/^Ok:/ { print $2 }' "$summary")
+    bad=$(awk '/^(Fail|Timeout|Skipped|Unexpected Pass|Expected Fail):/ { n += $NF } END { print n + 0 }' "$summary")
+    passed=$((passed + ${ok:-0}))
+    failed=$((failed + bad))
+    [ -n "$ok" ] || failed=$((failed + 1)) # meson did not even report
 }
 
 echo "== stage 1: ASan+UBSan build, unit and integration tests"
-meson test -C "$build" --print-errorlogs --num-processes 1 "$@"
-count "$build/meson-logs/testlog.json"
+meson test -C "$build" --print-errorlogs --num-processes 1 "$@" | tee "$summary"
+count
 
 if [ $# -eq 0 ]; then
     echo "== stage 2: valgrind memcheck (unit tests, flow and sigterm)"
@@ -52,13 +55,13 @@ if [ $# -eq 0 ]; then
     fi
     ninja -C build-vg >/dev/null || exit 1
     (unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
-     meson test -C build-vg --setup valgrind --print-errorlogs config message backoff murmur2)
-    count build-vg/meson-logs/testlog-valgrind.json
+     meson test -C build-vg --setup valgrind --print-errorlogs config message backoff murmur2) | tee "$summary"
+    count
     vg="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite"
     vg="$vg --show-leak-kinds=definite --suppressions=$src/test/valgrind.supp"
     (unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
-     RELAY_WRAPPER=$vg meson test -C build-vg --print-errorlogs --num-processes 1 flow sigterm)
-    count build-vg/meson-logs/testlog.json
+     RELAY_WRAPPER=$vg meson test -C build-vg --print-errorlogs --num-processes 1 flow sigterm) | tee "$summary"
+    count
 
     echo "== stage 3: cppcheck"
     if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --std=c11 \
@@ -78,5 +81,17 @@ if [ $# -eq 0 ]; then
     [ "$(grep -c ': ok' <<<"$fuzz_out" || true)" = 2 ] || failed=$((failed + 1))
 fi
 
+if [ $# -eq 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
+    echo "== stage 5: benchmark, quick mode (figures printed, not asserted)"
+    if bash bench/bench.sh --quick 2>&1 | tee /tmp/outbox-bench-quick.$$ | grep -E '^(RESULT|RELAYS|CEILING|LATENCY|commit)|bench\]'; then
+        grep -q '^RESULT ' /tmp/outbox-bench-quick.$$ && passed=$((passed + 1)) || failed=$((failed + 1))
+    else
+        echo "benchmark: FAILED"; tail -20 /tmp/outbox-bench-quick.$$
+        failed=$((failed + 1))
+    fi
+    rm -f /tmp/outbox-bench-quick.$$
+fi
+
+rm -f "$summary"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

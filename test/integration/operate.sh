@@ -40,7 +40,8 @@ jq -e '
   and (.parked[0].aggregate_id == "bad") and (.parked[0].last_error | test("JSON object"))
   and (.topics | type == "array") and (.topics[0] | has("topic") and has("pending_rows") and has("failed_rows"))
   and (.relays | length >= 1) and (.relays[0] | has("relay") and has("pid") and has("client_addr")
-       and has("connected_since") and has("claimed_high") and has("last_claim_at"))
+       and has("connected_since") and has("claimed_high") and has("last_claim_at") and has("partitions"))
+  and (.relays[0].partitions == 64)
 ' "$WORK/status.json" >/dev/null || fail "status --json does not have the documented shape"
 
 stop_relay main || fail "relay exited with $? on SIGTERM"
