@@ -12,16 +12,18 @@ _free_port() { # first port from $1 whose port and port+1 are both free
     echo "$p"
 }
 
+# Ports are drawn below the kernel's ephemeral range (32768+) so that no outgoing
+# connection can hold them.
 servers_start() {
     RELAYTEST_SERVERS_DIR=$(mktemp -d /tmp/outbox-servers.XXXXXX)
     chmod 755 "$RELAYTEST_SERVERS_DIR"
     export RELAYTEST_SERVERS_DIR
     export RELAYTEST_PG_DIR=$RELAYTEST_SERVERS_DIR/pg
     export RELAYTEST_KAFKA_DIR=$RELAYTEST_SERVERS_DIR/kafka
-    RELAYTEST_PG_PORT=$(_free_port "${RELAYTEST_PG_PORT_BASE:-$((20000 + (RANDOM % 5000) * 2))}")
+    RELAYTEST_PG_PORT=$(_free_port "${RELAYTEST_PG_PORT_BASE:-$((16000 + (RANDOM % 3000) * 2))}")
     export RELAYTEST_PG_PORT
     bash "$_here/../test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT" || return 1
-    RELAYTEST_KAFKA_PORT=$(_free_port "${RELAYTEST_KAFKA_PORT_BASE:-$((30000 + (RANDOM % 5000) * 2))}")
+    RELAYTEST_KAFKA_PORT=$(_free_port "${RELAYTEST_KAFKA_PORT_BASE:-$((10000 + (RANDOM % 3000) * 2))}")
     export RELAYTEST_KAFKA_PORT
     bash "$_here/../test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT" || return 1
     echo "servers: PostgreSQL on 127.0.0.1:$RELAYTEST_PG_PORT, Kafka on 127.0.0.1:$RELAYTEST_KAFKA_PORT ($RELAYTEST_SERVERS_DIR)" >&2

@@ -47,7 +47,7 @@ setup_db() {
 }
 
 free_port() {
-    local p=$((40000 + RANDOM % 20000))
+    local p=$((22000 + RANDOM % 10000)) # below the ephemeral port range
     while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
     echo "$p"
 }
