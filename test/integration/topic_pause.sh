@@ -36,5 +36,21 @@ for p in 0 1 2 3 4 5; do echo "leader $denied $p 2" >&7; done
 wait_until 60 "the paused topic resumed and drained" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$denied,$fine" || fail "loss or disorder around a paused topic"
+
+# The same with UNKNOWN_TOPIC_OR_PART (the topic's partitions vanish from broker 1).
+for p in 0 1 2 3 4 5; do echo "leader $denied $p 1" >&7; done
+echo "broker_errors 1 100000 UNKNOWN_TOPIC_OR_PART" >&7
+start_relay again >/dev/null
+writers 2 100 40 payment
+writers 2 100 40 order
+wait_until 60 "the healthy topic drained again" order_sent
+[ "$(count_status FAILED)" = 0 ] || fail "an unknown-topic error parked rows"
+pending=$(psqlc "SELECT count(*) FROM outbox WHERE aggregate_type = 'payment' AND status = 'PENDING'")
+log "with UNKNOWN_TOPIC_OR_PART: $pending payment rows wait, 0 parked"
+[ "$pending" = 200 ] || fail "expected the 200 new payment rows to wait, got $pending"
+for p in 0 1 2 3 4 5; do echo "leader $denied $p 2" >&7; done
+wait_until 60 "the unknown topic resumed and drained" all_sent
+stop_relay again || fail "relay exited with $? on SIGTERM"
+check "$denied,$fine" || fail "loss or disorder around an unknown topic"
 echo quit >&7
 log "ok"
