@@ -45,7 +45,9 @@ int main(int argc, char **argv)
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
         strbuf_printf(&parts, "%s%d", p ? "," : "", p);
     strbuf_puts(&parts, "}");
-    const char *claim_params[5] = {"{0}", "{9223372036854775807}", limit, "{}", parts.buf};
+    char quota[16];
+    snprintf(quota, sizeof(quota), "%d", (batch + OUTBOX_LEASE_PARTITIONS - 1) / OUTBOX_LEASE_PARTITIONS * 2);
+    const char *claim_params[5] = {"{}", limit, "{}", parts.buf, quota};
     PQclear(PQexec(conn, "SET synchronous_commit = off")); /* as the relay's worker */
     const char *delete_sql = "DELETE FROM public.outbox WHERE id = ANY($1::int8[])";
     long long total = 0;

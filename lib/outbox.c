@@ -40,9 +40,10 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->topic_expr = topic_expression(cfg->topic_template);
     struct strbuf sb;
 
-    /* Every claim starts at the bottom of the pending index and skips only the rows in
-     * flight: it scans the gaps between in-flight ids, so a row that commits late below
-     * rows already published is still found, in id order with the later rows of its key.
+    /* Every claim starts at the bottom of each held lease partition of the pending index
+     * and skips only the rows in flight ($1, a hashed NOT IN), so a row that commits late
+     * below rows already published is still found, in id order with the later rows of its
+     * key (a key never changes partition). At most $5 rows per partition, $2 in all.
      * Keys with a parked row wait (unless the poison policy is skip); paused topics wait.
      * The claim is read-only: it needs no transaction id and no WAL flush. */
     struct strbuf parked;
@@ -58,14 +59,14 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "  o.topic, o.payload::text AS payload, o.headers::text AS headers,"
                   "  (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms, o.attempts,"
                   "  o.lease_partition"
-                  " FROM unnest($1::int8[], $2::int8[]) AS g(lo, hi)"
+                  " FROM unnest($4::int2[]) AS lp(part)"
                   " CROSS JOIN LATERAL ("
                   "  SELECT * FROM %s p"
-                  "  WHERE p.status = 'PENDING' AND p.id BETWEEN g.lo AND g.hi"
-                  "   AND p.lease_partition = ANY($5::int2[])%s"
-                  "   AND (cardinality($4::text[]) = 0 OR %s <> ALL($4::text[]))"
-                  "  ORDER BY p.id LIMIT $3) o"
-                  " ORDER BY o.id LIMIT $3)"
+                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
+                  "   AND p.id <> ALL($1::int8[])%s"
+                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
+                  "  ORDER BY p.id LIMIT $5) o"
+                  " ORDER BY o.id LIMIT $2)"
                   " SELECT * FROM c ORDER BY id",
                   t, parked.buf, sql->topic_expr);
     sql->claim = sb.buf;
@@ -114,14 +115,16 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
 
     strbuf_init(&sb);
     strbuf_printf(&sb,
+                  "WITH heads AS (SELECT h.id, h.created_at FROM generate_series(0, %d) lp"
+                  "  CROSS JOIN LATERAL (SELECT id, created_at FROM %s WHERE status = 'PENDING'"
+                  "   AND lease_partition = lp ORDER BY id LIMIT 1) h)"
                   "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
-                  " (SELECT id FROM %s WHERE status = 'PENDING' ORDER BY id LIMIT 1),"
-                  " (SELECT extract(epoch FROM clock_timestamp() - created_at) FROM %s"
-                  "   WHERE status = 'PENDING' ORDER BY id LIMIT 1),"
+                  " (SELECT min(id) FROM heads),"
+                  " (SELECT extract(epoch FROM clock_timestamp() - min(created_at)) FROM heads),"
                   " (SELECT max(id) FROM %s),"
                   " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
                   " pg_notification_queue_usage()",
-                  t, t, t, t, t);
+                  OUTBOX_LEASE_PARTITIONS - 1, t, t, t, t);
     sql->stats = sb.buf;
 
     sql->long_tx = xstrdup(

@@ -9,7 +9,8 @@
 #include "config.h"
 
 struct outbox_sql {
-    char *claim;         /* $1 gap starts, $2 gap ends, $3 limit, $4 paused topics */
+    char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
+                            $5 limit per partition */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */

@@ -119,6 +119,7 @@ struct relay {
     char incarnation[256];   /* relay name/pid: this process in the lease log */
     ev_timer lease_timer;
 
+    int claim_quota;   /* rows per partition in the claim in flight */
     int busy;          /* a worker statement is in flight */
     int last_was_mark; /* the previous worker statement was a mark */
     int schema_ok; /* version checked on the current worker connection */
@@ -548,6 +549,11 @@ static int claim_limit(const struct relay *r)
     return r->isolate_until_id ? 1 : r->cfg->batch_size;
 }
 
+static int add_partition(PGresult *res, int row)
+{
+    return atoi(PQgetvalue(res, row, 10)) & (OUTBOX_LEASE_PARTITIONS - 1);
+}
+
 static void claim_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
@@ -590,14 +596,22 @@ static void claim_done(void *ctx, PGresult *res)
               PQgetvalue(res, n - 1, 0), r->n_rows);
     r->claim_res = res;
     r->claim_next = 0;
-    after_claim(r, n, claim_limit(r));
+    /* A partition that filled its quota may have more: then claim again at once. */
+    int per_part[OUTBOX_LEASE_PARTITIONS] = {0}, quota_hit = 0;
+    for (int i = 0; i < n; i++)
+        if (++per_part[add_partition(res, i)] >= r->claim_quota)
+            quota_hit = 1;
+    after_claim(r, quota_hit ? claim_limit(r) : n, claim_limit(r));
     kick(r);
 }
 
-static void append_gap(struct strbuf *lo, struct strbuf *hi, int64_t from, int64_t to)
+/* Rows per partition in one claim: twice a fair share of the batch, so that a claim stays
+ * near the batch size without reading every partition's backlog. */
+static int part_quota(const struct relay *r, int nparts)
 {
-    strbuf_printf(lo, "%s%lld", lo->len > 1 ? "," : "", (long long)from);
-    strbuf_printf(hi, "%s%lld", hi->len > 1 ? "," : "", (long long)to);
+    int limit = claim_limit(r);
+    int q = (limit + nparts - 1) / nparts * 2;
+    return q < 16 ? (limit < 16 ? limit : 16) : q;
 }
 
 /* Paused topics as a text[] literal; names are valid topic names, so no quoting is needed. */
@@ -611,37 +625,31 @@ static void paused_literal(struct relay *r, struct strbuf *out)
 
 static void send_claim(struct relay *r)
 {
-    struct strbuf lo, hi, paused, parts;
+    struct strbuf ids, paused, parts;
     strbuf_init(&parts);
-    if (!active_partitions(r, &parts)) {
+    int nparts = active_partitions(r, &parts);
+    if (!nparts) {
         strbuf_destroy(&parts);
         return; /* no partition to publish yet (grace, or none held) */
     }
-    strbuf_init(&lo);
-    strbuf_init(&hi);
+    strbuf_init(&ids);
     strbuf_init(&paused);
-    strbuf_puts(&lo, "{");
-    strbuf_puts(&hi, "{");
-    int64_t from = 0;
-    for (size_t i = 0; i < r->n_rows; i++) {
-        if (r->rows[i].id > from)
-            append_gap(&lo, &hi, from, r->rows[i].id - 1);
-        from = r->rows[i].id + 1;
-    }
-    append_gap(&lo, &hi, from, INT64_MAX);
-    strbuf_puts(&lo, "}");
-    strbuf_puts(&hi, "}");
+    strbuf_puts(&ids, "{");
+    for (size_t i = 0; i < r->n_rows; i++)
+        strbuf_printf(&ids, "%s%lld", i ? "," : "", (long long)r->rows[i].id);
+    strbuf_puts(&ids, "}");
     paused_literal(r, &paused);
-    char limit[16];
+    char limit[16], quota[16];
+    r->claim_quota = part_quota(r, nparts);
     snprintf(limit, sizeof(limit), "%d", claim_limit(r));
-    const char *params[5] = {lo.buf, hi.buf, limit, paused.buf, parts.buf};
+    snprintf(quota, sizeof(quota), "%d", r->claim_quota);
+    const char *params[5] = {ids.buf, limit, paused.buf, parts.buf, quota};
     if (worker_send(r, r->sql.claim, 5, params, claim_done) == 0) {
         r->claim_wanted = 0;
         ev_timer_stop(r->loop, &r->poll_timer);
     }
     strbuf_destroy(&parts);
-    strbuf_destroy(&lo);
-    strbuf_destroy(&hi);
+    strbuf_destroy(&ids);
     strbuf_destroy(&paused);
 }
 

@@ -23,8 +23,9 @@ CREATE TABLE @TABLE@ (
                     GENERATED ALWAYS AS (((hashtext(aggregate_id) & 2147483647) % 64)::smallint) STORED
 );
 
--- The claim walks this index from the bottom in id order; marked rows leave it at vacuum.
-CREATE INDEX "@NAME@_pending_idx" ON @TABLE@ (id) WHERE status = 'PENDING';
+-- The claim walks this index from the bottom of each held lease partition in id order (a
+-- relay never walks over another relay's rows); marked rows leave it at vacuum.
+CREATE INDEX "@NAME@_pending_idx" ON @TABLE@ (lease_partition, id) WHERE status = 'PENDING';
 -- Parked rows, looked up by key so that later rows of a parked key wait.
 CREATE INDEX "@NAME@_failed_idx" ON @TABLE@ (aggregate_id) WHERE status = 'FAILED';
 
