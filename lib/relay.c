@@ -42,6 +42,7 @@ struct inflight_row {
     enum row_state state;
     rd_kafka_resp_err_t err;   /* delivery error while ROW_FAILED */
     enum failure_reason fail;
+    int maybe_persisted;       /* a failed message that Kafka may have written anyway */
 };
 
 enum relay_mode { MODE_RUNNING, MODE_RESETTING, MODE_DRAINING, MODE_DONE };
@@ -423,6 +424,7 @@ static void advance_reset(struct relay *r)
         for (size_t i = 0; i < r->n_rows; i++)
             if (r->rows[i].state == ROW_PRODUCED) {
                 r->rows[i].fail = FAILURE_PRODUCER;
+                r->rows[i].maybe_persisted = 1; /* no report: unknown, count it */
                 set_state(r, &r->rows[i], ROW_FAILED);
             }
     }
@@ -817,8 +819,8 @@ static void send_note_failed(struct relay *r)
     for (size_t i = 0; i < r->n_rows; i++)
         if (r->rows[i].state == ROW_FAILED) {
             strbuf_printf(&ids, "%s%lld", n++ ? "," : "", (long long)r->rows[i].id);
-            /* A message that failed may still have been written: an upper bound. */
-            if (r->rows[i].fail != FAILURE_TOPIC)
+            /* librdkafka says whether a failed message may have been written anyway */
+            if (r->rows[i].maybe_persisted)
                 r->m.possible_duplicates_total++;
         }
     strbuf_puts(&ids, "}");
@@ -1091,7 +1093,7 @@ static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct relay *r = w->data;
     int64_t now = mono_ms();
-    if (leases_held(r) + 0 > 0 && now - r->last_contact_ms > r->deadline_ms) {
+    if (leases_held(r) > 0 && now - r->last_contact_ms > r->deadline_ms) {
         char why[96];
         snprintf(why, sizeof(why), "no answer from PostgreSQL for %lld ms",
                  (long long)(now - r->last_contact_ms));
@@ -1258,9 +1260,9 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, cons
     } else {
         row->err = err;
         row->fail = classify(err);
+        row->maybe_persisted = maybe_persisted;
         set_state(r, row, ROW_FAILED);
         r->m.publish_failures_total[row->fail]++;
-        (void)maybe_persisted;
         log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
                   topic ? topic : "?", rd_kafka_err2name(err));
         if (row->fail == FAILURE_TOPIC && topic)
