@@ -14,23 +14,42 @@ echo "== building"
 ninja -C build >/dev/null
 
 . scripts/servers.sh
-pids=()
+
+# stop PID: SIGTERM once, then wait for it (a second signal would make the relay exit at once).
+stop() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+
+# The relay's own shutdown has begun when its log says so (Ctrl-C reaches the whole process
+# group, the relay included, so signalling it again would be a second signal).
+relay_stopping() { grep -q 'shutdown: stop claiming' "$workdir/relay.log" 2>/dev/null; }
+
+# finish HOW [STATUS]: stops everything this script started and removes its folders. Never exits early:
+# every step runs whatever the previous one returned.
 finish() {
+    local how=$1 status=${2:-0} i
     trap - INT TERM EXIT
+    set +e
     echo
-    echo "== stopping"
-    [ -n "${writer:-}" ] && kill "$writer" 2>/dev/null
+    echo "== stopping ($how)"
+    [ -n "${writer:-}" ] && stop "$writer"
+    [ -n "${tail_pid:-}" ] && stop "$tail_pid"
     if [ -n "${relay:-}" ]; then
-        kill -TERM "$relay" 2>/dev/null && wait "$relay" 2>/dev/null
-        echo "relay exited; its last lines:"
+        # After Ctrl-C the relay has the same SIGINT: give it a moment to start its shutdown.
+        if [ "$how" = interrupted ]; then
+            for i in 1 2 3 4 5 6 7 8 9 10; do relay_stopping || ! kill -0 "$relay" 2>/dev/null && break; sleep 0.1; done
+        fi
+        relay_stopping || kill -TERM "$relay" 2>/dev/null
+        wait "$relay" 2>/dev/null
+        echo "relay exited with status $?; its last lines:"
         tail -n 3 "$workdir/relay.log"
     fi
-    [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
-    wait 2>/dev/null
     servers_stop
     rm -rf "$workdir"
+    echo "== stopped; nothing left behind"
+    exit "$status" # 0 after Ctrl-C, SIGTERM or DEMO_SECONDS; a failed step's status otherwise
 }
-trap finish INT TERM EXIT
+trap "finish interrupted" INT
+trap "finish terminated" TERM
+trap 'finish failed $?' EXIT
 workdir=$(mktemp -d /tmp/outbox-demo.XXXXXX)
 
 echo "== starting PostgreSQL 15 and Kafka"
@@ -70,3 +89,4 @@ if [ -n "${DEMO_SECONDS:-}" ]; then
 else
     wait "$tail_pid"
 fi
+finish finished

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Quick start's demo stops cleanly, both ways a user stops it: Ctrl-C (a SIGINT to the
+# whole process group, as a terminal sends it) and DEMO_SECONDS. Each run must exit 0, let
+# the relay finish its own shutdown (exit 0, not the "second signal" exit) and leave no
+# process and no folder behind.
+. "$(dirname "$0")/lib.sh"
+
+group_gone() { ! pgrep -g "$1" >/dev/null; }
+
+# run_demo HOW: runs scripts/demo.sh in its own process group; HOW is ctrl-c or seconds.
+run_demo() {
+    local how=$1 out=$WORK/demo-$1.out pgid rc=0
+    local seconds=
+    [ "$how" = seconds ] && seconds=12
+    # A terminal's foreground job has SIGINT at its default; a background job of this script
+    # would start with it ignored (and bash cannot trap a signal ignored at entry).
+    DEMO_SECONDS=$seconds setsid env --default-signal=INT bash "$RELAYTEST_SRC/scripts/demo.sh" >"$out" 2>&1 &
+    pgid=$!
+    DEMO_PIDS+=("$pgid")
+    if [ "$how" = ctrl-c ]; then
+        wait_until 300 "events shown by the demo" grep -q '"order_id"' "$out"
+        log "Ctrl-C: SIGINT to process group $pgid"
+        kill -INT -- "-$pgid"
+    fi
+    wait "$pgid" || rc=$?
+    sed 's/^/#   /' "$out" | tail -n 40
+    [ "$rc" = 0 ] || fail "demo ($how) exited with status $rc"
+    grep -q '"order_id"' "$out" || fail "demo ($how) showed no event"
+    grep -q "^== stopping ($([ "$how" = seconds ] && echo finished || echo interrupted))" "$out" ||
+        fail "demo ($how) did not stop the way it was asked to"
+    grep -q '^relay exited with status 0' "$out" || fail "demo ($how): the relay did not shut down cleanly"
+    grep -q 'relay stopped: ' "$out" || fail "demo ($how): the relay's last lines are missing"
+    local servers workdir
+    servers=$(sed -n 's/^servers: .*(\(\/tmp\/outbox-servers\.[^)]*\))$/\1/p' "$out")
+    workdir=$(sed -n 's/^== starting the relay (log: \(.*\)\/relay\.log)$/\1/p' "$out")
+    [ -n "$servers" ] && [ -n "$workdir" ] || fail "demo ($how) did not name its folders"
+    # An orphaned `sleep` of the writer loop may take half a second to go.
+    wait_until 10 "demo ($how) process group gone" group_gone "$pgid"
+    for d in "$servers" "$workdir"; do
+        [ ! -e "$d" ] || fail "demo ($how) left $d behind"
+        if pgrep -f "$d" >/dev/null; then
+            pgrep -af "$d" | sed 's/^/#   /'
+            fail "demo ($how) left processes running in $d"
+        fi
+    done
+    log "demo ($how): exit 0, relay stopped cleanly, nothing left behind"
+}
+DEMO_PIDS=()
+kill_demos() { local p; for p in "${DEMO_PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done; cleanup; }
+trap kill_demos EXIT
+
+run_demo ctrl-c
+run_demo seconds
+log "ok"
