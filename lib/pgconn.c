@@ -1,4 +1,7 @@
-/* Non-blocking PostgreSQL connection on the libev loop, with reconnect. */
+/* Non-blocking PostgreSQL connection on the libev loop, with reconnect. Multi-host DSNs
+ * (host=a,b port=p1,p2) are walked by libpq; this file gives each host its own connect
+ * timeout (libpq ignores connect_timeout in asynchronous mode) by starting the next attempt
+ * at the host after the one that did not answer. */
 #include "pgconn.h"
 
 #include <stdlib.h>
@@ -8,7 +11,17 @@
 #include "log.h"
 #include "util.h"
 
-#define CONNECT_TIMEOUT_S 15.0
+#define CONNECT_TIMEOUT_S 10 /* per host, unless the DSN sets connect_timeout */
+#define SQLSTATE_READ_ONLY "25006"
+
+/* The DSN's host list, kept to rotate where an attempt starts. */
+struct hostlist {
+    int n;          /* hosts in the DSN (0 or 1: nothing to rotate) */
+    char **host;    /* n entries, or NULL when the DSN has no host list */
+    char **hostaddr;
+    char **port;    /* n entries, or NULL when one port (or none) serves every host */
+    int timeout_s;  /* per-host connect timeout */
+};
 
 enum pg_state { PG_DOWN, PG_CONNECTING, PG_SETUP, PG_IDLE, PG_BUSY, PG_STOPPED };
 
@@ -23,8 +36,13 @@ struct pgconn {
     PGconn *conn;
     enum pg_state state;
     ev_io io;
-    ev_timer timer; /* connect timeout, or reconnect delay */
+    ev_timer timer; /* connect timeout of the current host, or reconnect delay */
     struct backoff backoff;
+    struct hostlist hosts;
+    int first_host;     /* index in hosts where the next attempt starts */
+    int hosts_tried;    /* hosts that timed out in this round of attempts */
+    char current[300];  /* "host:port" libpq is trying now */
+    int current_index;  /* its index in hosts, in the attempt's order */
 
     pgconn_result_cb query_cb;
     void *query_ctx;
@@ -33,6 +51,96 @@ struct pgconn {
 
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Splits a comma-separated libpq list into n strings; returns the count. */
+static int split_list(const char *value, char ***out)
+{
+    int n = 1;
+    for (const char *c = value; *c; c++)
+        n += *c == ',';
+    char **items = xcalloc((size_t)n, sizeof(*items));
+    const char *start = value;
+    for (int i = 0; i < n; i++) {
+        size_t len = strcspn(start, ",");
+        items[i] = xstrndup(start, len);
+        start += len + (start[len] == ',');
+    }
+    *out = items;
+    return n;
+}
+
+static void free_list(char **items, int n)
+{
+    if (!items)
+        return;
+    for (int i = 0; i < n; i++)
+        free(items[i]);
+    free(items);
+}
+
+static void hostlist_init(struct hostlist *hl, const char *dsn)
+{
+    memset(hl, 0, sizeof(*hl));
+    hl->timeout_s = CONNECT_TIMEOUT_S;
+    PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+    if (!opts)
+        return; /* the connect itself reports a bad DSN (config validated it already) */
+    const char *host = NULL, *hostaddr = NULL, *port = NULL;
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || !o->val[0])
+            continue;
+        if (strcmp(o->keyword, "host") == 0)
+            host = o->val;
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            hostaddr = o->val;
+        else if (strcmp(o->keyword, "port") == 0)
+            port = o->val;
+        else if (strcmp(o->keyword, "connect_timeout") == 0) {
+            int t = atoi(o->val);
+            if (t > 0)
+                hl->timeout_s = t < 2 ? 2 : t; /* libpq's own minimum */
+        }
+    }
+    char **list = NULL;
+    int n = host ? split_list(host, &list) : hostaddr ? split_list(hostaddr, &list) : 0;
+    if (n > 1) {
+        hl->n = n;
+        if (host)
+            hl->host = list;
+        else
+            hl->hostaddr = list;
+        list = NULL;
+        if (host && hostaddr && split_list(hostaddr, &list) == n)
+            hl->hostaddr = list, list = NULL;
+        int np = 0;
+        if (port && (np = split_list(port, &list)) == n)
+            hl->port = list, list = NULL;
+        free_list(list, np);
+        list = NULL;
+    }
+    free_list(list, n);
+    PQconninfoFree(opts);
+}
+
+static void hostlist_destroy(struct hostlist *hl)
+{
+    free_list(hl->host, hl->n);
+    free_list(hl->hostaddr, hl->n);
+    free_list(hl->port, hl->n);
+}
+
+/* A list rotated to start at index first; caller frees. */
+static char *rotated(char **items, int n, int first)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            strbuf_puts(&sb, ",");
+        strbuf_puts(&sb, items[(first + i) % n]);
+    }
+    return sb.buf;
+}
 
 struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *dsn,
                           const char *setup_sql, int reconnect_max_ms,
@@ -47,6 +155,7 @@ struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *ds
     pg->ctx = ctx;
     pg->state = PG_STOPPED;
     backoff_init(&pg->backoff, 100, reconnect_max_ms);
+    hostlist_init(&pg->hosts, pg->dsn);
     ev_init(&pg->io, io_cb);
     pg->io.data = pg;
     ev_init(&pg->timer, timer_cb);
@@ -54,10 +163,15 @@ struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *ds
     return pg;
 }
 
+/* Watches the connection's socket for events. While connecting, libpq may close a socket
+ * and open another for the next host or address, which usually gets the same number;
+ * libev must then be told again (epoll forgets a closed descriptor), so a connecting
+ * watcher is always set anew. */
 static void watch(struct pgconn *pg, int events)
 {
     int fd = PQsocket(pg->conn);
-    if (ev_is_active(&pg->io) && pg->io.fd == fd && (pg->io.events & (EV_READ | EV_WRITE)) == events)
+    if (pg->state != PG_CONNECTING && ev_is_active(&pg->io) && pg->io.fd == fd &&
+        (pg->io.events & (EV_READ | EV_WRITE)) == events)
         return;
     ev_io_stop(pg->loop, &pg->io);
     if (fd < 0)
@@ -115,21 +229,80 @@ static void conn_error(struct pgconn *pg)
     lost(pg, why[0] ? why : "connection failed");
 }
 
+/* Restarts the current host's connect timeout. */
+static void arm_host_timer(struct pgconn *pg)
+{
+    ev_timer_stop(pg->loop, &pg->timer);
+    ev_timer_set(&pg->timer, pg->hosts.timeout_s, 0.0);
+    ev_timer_start(pg->loop, &pg->timer);
+}
+
 static void start_connect(struct pgconn *pg)
 {
-    const char *keys[] = {"dbname", "fallback_application_name", "keepalives", "keepalives_idle",
-                          "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-                          "target_session_attrs", NULL};
-    const char *vals[] = {pg->dsn, "outbox-relay", "1", "5", "2", "3", "10000", "read-write", NULL};
-    pg->conn = PQconnectStartParams(keys, vals, 1);
+    /* Settings before dbname are defaults the DSN may override; those after it are forced:
+     * the relay needs a primary. */
+    const char *keys[8] = {"fallback_application_name", "keepalives", "keepalives_idle",
+                           "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                           "dbname", "target_session_attrs"};
+    const char *vals[8] = {"outbox-relay", "1", "5", "2", "3", "10000", pg->dsn, "read-write"};
+    const char *k[12], *v[12];
+    int n = 0;
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+        k[n] = keys[i], v[n++] = vals[i];
+    char *host = NULL, *hostaddr = NULL, *port = NULL;
+    const struct hostlist *hl = &pg->hosts;
+    if (hl->n > 1) { /* start the round at first_host */
+        if (hl->host)
+            k[n] = "host", v[n++] = host = rotated(hl->host, hl->n, pg->first_host);
+        if (hl->hostaddr)
+            k[n] = "hostaddr", v[n++] = hostaddr = rotated(hl->hostaddr, hl->n, pg->first_host);
+        if (hl->port)
+            k[n] = "port", v[n++] = port = rotated(hl->port, hl->n, pg->first_host);
+    }
+    k[n] = v[n] = NULL;
+    pg->conn = PQconnectStartParams(k, v, 1);
+    free(host);
+    free(hostaddr);
+    free(port);
+    pg->current[0] = '\0';
+    pg->current_index = pg->first_host;
     if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
         conn_error(pg);
         return;
     }
     pg->state = PG_CONNECTING;
-    ev_timer_set(&pg->timer, CONNECT_TIMEOUT_S, 0.0);
-    ev_timer_start(pg->loop, &pg->timer);
+    arm_host_timer(pg);
     watch(pg, EV_WRITE);
+}
+
+/* Follows libpq from host to host, giving each its own timeout. */
+static void note_host(struct pgconn *pg)
+{
+    char now[sizeof(pg->current)];
+    snprintf(now, sizeof(now), "%s:%s", PQhost(pg->conn), PQport(pg->conn));
+    if (strcmp(now, pg->current) == 0)
+        return;
+    if (pg->current[0] && pg->hosts.n > 1)
+        pg->current_index = (pg->current_index + 1) % pg->hosts.n;
+    memcpy(pg->current, now, sizeof(now));
+    arm_host_timer(pg);
+}
+
+/* The current host did not answer in time: start again at the next one, at once while
+ * this round has hosts left, after the reconnect backoff once every host timed out. */
+static void host_timed_out(struct pgconn *pg)
+{
+    int n = pg->hosts.n > 1 ? pg->hosts.n : 1;
+    log_warn("pg %s: %s did not answer within %d s", pg->name,
+             pg->current[0] ? pg->current : "the server", pg->hosts.timeout_s);
+    pg->first_host = (pg->current_index + 1) % n;
+    if (++pg->hosts_tried < n) {
+        close_conn(pg);
+        start_connect(pg);
+        return;
+    }
+    pg->hosts_tried = 0;
+    lost(pg, n > 1 ? "connect timed out on every host" : "connect timed out");
 }
 
 void pgconn_start(struct pgconn *pg)
@@ -161,6 +334,7 @@ void pgconn_free(struct pgconn *pg)
     free(pg->name);
     free(pg->dsn);
     free(pg->setup_sql);
+    hostlist_destroy(&pg->hosts);
     free(pg);
 }
 
@@ -211,6 +385,7 @@ static void setup_done(void *ctx, PGresult *res)
     if (!pg->conn)
         return;
     backoff_reset(&pg->backoff);
+    pg->hosts_tried = 0;
     log_info("pg %s: connected to %s:%s", pg->name, PQhost(pg->conn), PQport(pg->conn));
     if (pg->cb.on_ready)
         pg->cb.on_ready(pg->ctx);
@@ -237,7 +412,10 @@ static void connected(struct pgconn *pg)
 
 static void poll_connect(struct pgconn *pg)
 {
-    switch (PQconnectPoll(pg->conn)) {
+    PostgresPollingStatusType st = PQconnectPoll(pg->conn);
+    if (st == PGRES_POLLING_READING || st == PGRES_POLLING_WRITING)
+        note_host(pg);
+    switch (st) {
     case PGRES_POLLING_READING:
         watch(pg, EV_READ);
         break;
@@ -291,6 +469,16 @@ static void read_results(struct pgconn *pg)
             continue;
         }
         PGresult *first = pg->first_result;
+        if (strcmp(pgconn_sqlstate(first), SQLSTATE_READ_ONLY) == 0) {
+            /* A standby, or a primary demoted under us: no statement will work here. The
+             * query's callback hears "connection lost" (nothing was applied). */
+            pg->first_result = NULL;
+            PQclear(first);
+            log_error("pg %s: server %s:%s is read-only (a standby, or demoted); reconnecting "
+                      "to find the primary", pg->name, PQhost(pg->conn), PQport(pg->conn));
+            lost(pg, "server is read-only");
+            return;
+        }
         pgconn_result_cb cb = pg->query_cb;
         void *ctx = pg->query_ctx;
         pg->first_result = NULL;
@@ -335,7 +523,7 @@ static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct pgconn *pg = w->data;
     if (pg->state == PG_CONNECTING) {
-        lost(pg, "connect timed out");
+        host_timed_out(pg);
         return;
     }
     if (pg->state == PG_DOWN)

@@ -61,8 +61,10 @@ static int run(const struct config *cfg)
 
 static PGconn *connect_blocking(const struct config *cfg)
 {
-    const char *keys[] = {"dbname", "fallback_application_name", "connect_timeout", NULL};
-    const char *vals[] = {cfg->pg_dsn, "outbox-relay", "10", NULL};
+    /* Defaults before dbname (the DSN may override them); a primary is required. */
+    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname",
+                          "target_session_attrs", NULL};
+    const char *vals[] = {"outbox-relay", "10", cfg->pg_dsn, "read-write", NULL};
     PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(conn) != CONNECTION_OK) {
         const char *msg = PQerrorMessage(conn);

@@ -3,6 +3,9 @@
 #   pg.sh start DIR PORT    initdb DIR if new, start on 127.0.0.1:PORT (trust auth, db "outbox")
 #   pg.sh stop DIR          fast shutdown
 #   pg.sh kill DIR          immediate shutdown (crash-like)
+#   pg.sh standby DIR PORT PRIMARY_PORT
+#                           streaming standby of the server on PRIMARY_PORT (pg_basebackup -R)
+#   pg.sh promote DIR       promotes a standby to primary (waits until it accepts writes)
 # PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark).
 # initdb and pg_ctl refuse to run as root, so as root they run as the "postgres" user.
 set -euo pipefail
@@ -51,9 +54,28 @@ stop() {
     as_owner "$bin/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >/dev/null
 }
 
+standby() {
+    local dir=$1 port=$2 primary_port=$3
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+    as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres -D "$dir/data" -R \
+        -X stream -c fast >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; return 1; }
+    # The copied configuration names the primary's port and socket folder; later lines win.
+    printf "port = %s\nunix_socket_directories = '%s'\n" "$port" "$dir" >>"$dir/data/postgresql.conf"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+        { tail -20 "$dir/server.log" >&2; return 1; }
+}
+
+promote() {
+    as_owner "$bin/pg_ctl" -D "$1/data" -w -t 60 promote >/dev/null
+}
+
 case ${1:-} in
 start) start "$2" "$3" ;;
 stop) stop "$2" ;;
 kill) stop "$2" immediate ;;
-*) echo "usage: $0 start DIR PORT | stop DIR | kill DIR" >&2; exit 2 ;;
+standby) standby "$2" "$3" "$4" ;;
+promote) promote "$2" ;;
+*) echo "usage: $0 start DIR PORT | stop DIR | kill DIR | standby DIR PORT PRIMARY_PORT | promote DIR" >&2; exit 2 ;;
 esac
