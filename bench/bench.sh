@@ -33,12 +33,9 @@ out=${out:-$(mktemp -d /tmp/outbox-bench.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-RELAYTEST_EXTRA_PACKAGES=gnuplot-nox bash scripts/deps.sh
-bash test/env/kafka.sh fetch
-[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
-ninja -C build >/dev/null
+. scripts/common.sh
+RELAYTEST_EXTRA_PACKAGES=gnuplot-nox common_setup
 relay_bin=$src/build/outbox-relay
-. scripts/servers.sh
 export PG_DURABLE=1
 trap 'kill_relay; servers_stop' EXIT
 servers_start
@@ -77,7 +74,7 @@ kill_relay() {
     wait "$relay_pid" 2>/dev/null || true
     relay_pid=
 }
-metric() { curl -sf "http://127.0.0.1:$http_port/metrics" | awk -v m="$1" '$1 == m { v = $2 } END { print v + 0 }'; }
+metric() { metric_at "http://127.0.0.1:$http_port/metrics" "$1"; }
 marked() { metric outbox_marked_total; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 tick_hz=$(getconf CLK_TCK)
@@ -192,7 +189,7 @@ relay_pid=
 sum_marked() {
     local t=0 i
     for i in 1 2 3; do
-        t=$((t + $(curl -sf "http://127.0.0.1:$((http_port + i))/metrics" | awk '$1 == "outbox_marked_total" { v = $2 } END { print v + 0 }')))
+        t=$((t + $(metric_at "http://127.0.0.1:$((http_port + i))/metrics" outbox_marked_total)))
     done
     echo "$t"
 }

@@ -7,11 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-1000000} retention=${2:-30s}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-bash scripts/deps.sh
-bash test/env/kafka.sh fetch
-[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
-ninja -C build >/dev/null
-. scripts/servers.sh
+. scripts/common.sh
+common_setup
 relay=
 trap '[ -n "$relay" ] && kill $relay 2>/dev/null; servers_stop' EXIT
 servers_start

@@ -5,11 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000} RELAYS=${RELAYS:-3}
-bash scripts/deps.sh
-bash test/env/kafka.sh fetch
-[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
-ninja -C build >/dev/null
-. scripts/servers.sh
+. scripts/common.sh
+common_setup
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; servers_stop' EXIT
 servers_start 2>/dev/null

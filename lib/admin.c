@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "outbox.h"
+#include "pgconn.h"
 #include "schema.h"
 #include "util.h"
 
@@ -13,10 +14,10 @@ static PGresult *run(PGconn *conn, const char *sql, int n, const char *const *pa
                      size_t errlen)
 {
     PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
-    ExecStatusType st = PQresultStatus(res);
-    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-        const char *msg = PQresultErrorMessage(res);
-        set_err(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+    if (!pgconn_result_ok(res)) {
+        char line[512];
+        pgconn_error_line(res, line, sizeof(line));
+        set_err(err, errlen, "%s", line);
         PQclear(res);
         return NULL;
     }

@@ -35,11 +35,6 @@ struct monitor {
 static void next(struct monitor *mon);
 static void long_tx_done(void *ctx, PGresult *res);
 
-static int ok(PGresult *res)
-{
-    return res && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK);
-}
-
 static void failed(struct monitor *mon, const char *what, PGresult *res)
 {
     if (!res)
@@ -58,7 +53,7 @@ static void duplicates_done(void *ctx, PGresult *res)
 {
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
-    if (ok(res)) {
+    if (pgconn_result_ok(res)) {
         long long n = (long long)num(res, 0);
         mon->duplicates_done = 1;
         mon->m->possible_duplicates_total += (uint64_t)n;
@@ -77,7 +72,7 @@ static void stats_done(void *ctx, PGresult *res)
 {
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
-    if (ok(res) && PQntuples(res) == 1) {
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
         struct metrics *m = mon->m;
         long long capped = (long long)num(res, 0);
         long long min_pending = (long long)num(res, 1);
@@ -104,7 +99,7 @@ static void long_tx_done(void *ctx, PGresult *res)
     struct monitor *mon = ctx;
     struct metrics *m = mon->m;
     mon->step = STEP_IDLE;
-    if (ok(res) && PQntuples(res) == 1) {
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
         m->long_tx_pid = atoi(PQgetvalue(res, 0, 0));
         snprintf(m->long_tx_xid, sizeof(m->long_tx_xid), "%s", PQgetvalue(res, 0, 1));
         m->long_tx_age_seconds = num(res, 2);
@@ -121,7 +116,7 @@ static void long_tx_done(void *ctx, PGresult *res)
             mon->long_tx_reported_pid = m->long_tx_pid;
             snprintf(mon->long_tx_reported_xid, sizeof(mon->long_tx_reported_xid), "%s", m->long_tx_xid);
         }
-    } else if (ok(res)) {
+    } else if (pgconn_result_ok(res)) {
         if (mon->long_tx_reported_pid || mon->long_tx_reported_xid[0])
             log_info("long-running transaction pid=%d ended", mon->long_tx_reported_pid);
         m->long_tx_pid = 0;
@@ -140,7 +135,7 @@ static void purge_done(void *ctx, PGresult *res)
 {
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
-    if (!ok(res)) {
+    if (!pgconn_result_ok(res)) {
         failed(mon, "retention purge", res);
         PQclear(res);
         mon->purge_after_id = 0;

@@ -194,6 +194,28 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     free(schema_q);
     free(t);
     free(name);
+
+    /* Session settings: the worker's statement timeout and keepalives follow the lease
+     * timeout (the server must notice a dead relay before the lease grace ends). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
+                  "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
+                  "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
+                  "SET tcp_user_timeout = %d; SET application_name = 'outbox-relay ",
+                  cfg->statement_timeout_ms, cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
+                  cfg->lease_timeout_ms / 2);
+    for (const char *c = cfg->relay_name; *c && sb.len < 120; c++)
+        if (*c != '\'' && *c != '\\')
+            strbuf_append(&sb, c, 1);
+    strbuf_puts(&sb, "'");
+    sql->worker_setup = sb.buf;
+    if (cfg->notify_channel[0]) {
+        strbuf_init(&sb);
+        strbuf_printf(&sb, "SET application_name = 'outbox-relay listen'; LISTEN \"%s\"",
+                      cfg->notify_channel);
+        sql->listen_setup = sb.buf;
+    }
 }
 
 void outbox_sql_destroy(struct outbox_sql *sql)
@@ -201,7 +223,7 @@ void outbox_sql_destroy(struct outbox_sql *sql)
     char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
                     &sql->arm, &sql->version, &sql->stats, &sql->long_tx, &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
-                    &sql->lease_release, &sql->lease_log};
+                    &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

@@ -7,6 +7,7 @@
 #define OUTBOX_LEASE_PARTITIONS 64
 
 #include "config.h"
+#include "util.h"
 
 struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
@@ -28,6 +29,23 @@ struct outbox_sql {
     char *lease_log;     /* $1 partitions, $2 relay, $3 events, $4 at, $5 publish_from, $6 publish_until
                             (arrays of equal length; times in ms, 0 = NULL) */
     int lease_key;       /* advisory lock key of this table (first half of the two-key form) */
+    char *worker_setup;  /* session settings of the worker connection (no parameters) */
+    char *listen_setup;  /* the LISTEN connection's, or NULL without a doorbell */
+};
+
+/* Result columns, by statement: read them by these names, never by bare positions. */
+enum claim_col {
+    CLAIM_ID, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
+    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_ATTEMPTS,
+    CLAIM_LEASE_PARTITION
+};
+enum row_failed_col {
+    ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
+    ROW_FAILED_AGGREGATE_TYPE, ROW_FAILED_EVENT_TYPE, ROW_FAILED_CREATED_MS
+};
+enum lease_scan_col { LEASE_SCAN_RELAYS, LEASE_SCAN_LOCKED };
+enum lease_acquire_col {
+    LEASE_ACQUIRE_PARTITION, LEASE_ACQUIRE_GOT, LEASE_ACQUIRE_LAST_EVENT, LEASE_ACQUIRE_LAST_HOLDER
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);

@@ -224,8 +224,7 @@ static void lost(struct pgconn *pg, const char *why)
 static void conn_error(struct pgconn *pg)
 {
     char why[512];
-    const char *msg = pg->conn ? PQerrorMessage(pg->conn) : "no connection";
-    snprintf(why, sizeof(why), "%.*s", (int)strcspn(msg, "\n"), msg);
+    pgconn_conn_error_line(pg->conn, why, sizeof(why));
     lost(pg, why[0] ? why : "connection failed");
 }
 
@@ -373,7 +372,7 @@ static int send_query(struct pgconn *pg, const char *sql, int nparams, const cha
 static void setup_done(void *ctx, PGresult *res)
 {
     struct pgconn *pg = ctx;
-    if (res && PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+    if (res && !pgconn_result_ok(res)) {
         char line[512];
         pgconn_error_line(res, line, sizeof(line));
         PQclear(res);
@@ -536,8 +535,23 @@ const char *pgconn_sqlstate(const PGresult *res)
     return s ? s : "";
 }
 
+int pgconn_result_ok(const PGresult *res)
+{
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+static void first_line(const char *msg, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s", (int)strcspn(msg, "\n"), msg);
+}
+
 void pgconn_error_line(const PGresult *res, char *buf, size_t len)
 {
-    const char *msg = res ? PQresultErrorMessage(res) : "connection lost";
-    snprintf(buf, len, "%.*s", (int)strcspn(msg, "\n"), msg);
+    first_line(res ? PQresultErrorMessage(res) : "connection lost", buf, len);
+}
+
+void pgconn_conn_error_line(const PGconn *conn, char *buf, size_t len)
+{
+    first_line(conn ? PQerrorMessage(conn) : "no connection", buf, len);
 }

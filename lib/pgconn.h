@@ -40,9 +40,13 @@ int pgconn_idle(const struct pgconn *pg);      /* set up and no query in flight 
 int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
                  pgconn_result_cb cb, void *ctx);
 
+/* Whether a result is a success (command or rows); NULL is not. */
+int pgconn_result_ok(const PGresult *res);
 /* SQLSTATE of a failed result, "" if none. */
 const char *pgconn_sqlstate(const PGresult *res);
 /* First line of a result's error message. */
 void pgconn_error_line(const PGresult *res, char *buf, size_t len);
+/* First line of a connection's error message (libpq's are multi-line). */
+void pgconn_conn_error_line(const PGconn *conn, char *buf, size_t len);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "pgconn.h"
 #include "util.h"
 
 /* Advisory lock key shared by every migrating relay ("outbox" in ASCII). */
@@ -65,6 +66,28 @@ char *schema_version_query(const char *table)
     return sb.buf;
 }
 
+enum schema_check schema_check_result(const PGresult *res, const char *table, char *err,
+                                      size_t errlen)
+{
+    if (!pgconn_result_ok(res)) {
+        const char *state = pgconn_sqlstate(res);
+        if (strcmp(state, "42P01") != 0 && strcmp(state, "3F000") != 0)
+            return SCHEMA_RETRY;
+        char line[512];
+        pgconn_error_line(res, line, sizeof(line));
+        set_err(err, errlen, "table %s has no outbox-relay schema (%s); run `outbox-relay "
+                "migrate` first", table, line);
+        return SCHEMA_UNUSABLE;
+    }
+    int have = PQntuples(res) < 1 || PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
+    if (have == schema_version())
+        return SCHEMA_OK;
+    set_err(err, errlen, "table %s is at schema version %d but this relay needs version %d; run "
+            "`outbox-relay migrate` with this relay's version%s", table, have, schema_version(),
+            have > schema_version() ? " (or upgrade the relay: the schema is newer)" : "");
+    return SCHEMA_UNUSABLE;
+}
+
 static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
                    char *err, size_t errlen)
 {
@@ -72,11 +95,11 @@ static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const
      * takes one statement only. */
     PGresult *res = nparams ? PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0)
                             : PQexec(conn, sql);
-    ExecStatusType st = PQresultStatus(res);
     int rc = 0;
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        const char *msg = PQresultErrorMessage(res);
-        rc = set_err(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+    if (!pgconn_result_ok(res)) {
+        char line[512];
+        pgconn_error_line(res, line, sizeof(line));
+        rc = set_err(err, errlen, "%s", line);
     }
     PQclear(res);
     return rc;
@@ -120,9 +143,11 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
         PGresult *res = PQexecParams(conn, sql.buf, 2, NULL, params, NULL, NULL, 0);
         int done = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
         int failed = PQresultStatus(res) != PGRES_TUPLES_OK;
-        if (failed)
-            set_err(err, errlen, "%.*s", (int)strcspn(PQresultErrorMessage(res), "\n"),
-                    PQresultErrorMessage(res));
+        if (failed) {
+            char line[512];
+            pgconn_error_line(res, line, sizeof(line));
+            set_err(err, errlen, "%s", line);
+        }
         PQclear(res);
         if (failed)
             goto rollback;

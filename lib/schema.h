@@ -30,4 +30,11 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
  * undefined_table (42P01) before the first migrate. $1 = table as configured. Caller frees. */
 char *schema_version_query(const char *table);
 
+/* What the version query's result (ok or failed, never NULL) means for a relay of this
+ * build: SCHEMA_OK; SCHEMA_UNUSABLE (no schema, or another version: the relay must stop,
+ * err says what to do); SCHEMA_RETRY (any other failure). */
+enum schema_check { SCHEMA_OK, SCHEMA_UNUSABLE, SCHEMA_RETRY };
+enum schema_check schema_check_result(const PGresult *res, const char *table, char *err,
+                                      size_t errlen);
+
 #endif

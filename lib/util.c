@@ -157,3 +157,37 @@ int set_err(char *err, size_t errlen, const char *fmt, ...)
     }
     return -1;
 }
+
+void pgarray_open(struct strbuf *sb)
+{
+    strbuf_puts(sb, "{");
+}
+
+static void pgarray_sep(struct strbuf *sb)
+{
+    if (sb->len && sb->buf[sb->len - 1] != '{')
+        strbuf_puts(sb, ",");
+}
+
+void pgarray_int(struct strbuf *sb, long long v)
+{
+    pgarray_sep(sb);
+    strbuf_printf(sb, "%lld", v);
+}
+
+void pgarray_str(struct strbuf *sb, const char *s)
+{
+    pgarray_sep(sb);
+    strbuf_puts(sb, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            strbuf_puts(sb, "\\");
+        strbuf_append(sb, s, 1);
+    }
+    strbuf_puts(sb, "\"");
+}
+
+void pgarray_close(struct strbuf *sb)
+{
+    strbuf_puts(sb, "}");
+}

@@ -37,6 +37,13 @@ void strbuf_printf(struct strbuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Appends s as a JSON string literal (with quotes). */
 void strbuf_json_string(struct strbuf *sb, const char *s, size_t len);
 
+/* PostgreSQL array literals, built item by item: pgarray_open, pgarray_int / pgarray_str
+ * (quoted and escaped), pgarray_close. Used for every array parameter ($1::bigint[], ...). */
+void pgarray_open(struct strbuf *sb);
+void pgarray_int(struct strbuf *sb, long long v);
+void pgarray_str(struct strbuf *sb, const char *s);
+void pgarray_close(struct strbuf *sb);
+
 /* Monotonic clock in milliseconds / microseconds; wall clock in milliseconds. */
 int64_t mono_ms(void);
 int64_t mono_us(void);

@@ -6,14 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== installing packages and fetching the Kafka broker (first run only)"
-bash scripts/deps.sh
-bash test/env/kafka.sh fetch
-echo "== building"
-[ -f build/build.ninja ] || meson setup build --buildtype=release >/dev/null
-ninja -C build >/dev/null
-
-. scripts/servers.sh
+echo "== installing packages, fetching the Kafka broker (first run only), building"
+. scripts/common.sh
+common_setup
 
 # stop PID: SIGTERM once, then wait for it (a second signal would make the relay exit at once).
 stop() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; }

@@ -11,6 +11,7 @@
 #include "admin.h"
 #include "config.h"
 #include "log.h"
+#include "pgconn.h"
 #include "relay.h"
 #include "schema.h"
 
@@ -67,8 +68,9 @@ static PGconn *connect_blocking(const struct config *cfg)
     const char *vals[] = {"outbox-relay", "10", cfg->pg_dsn, "read-write", NULL};
     PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(conn) != CONNECTION_OK) {
-        const char *msg = PQerrorMessage(conn);
-        log_error("postgres: cannot connect: %.*s", (int)strcspn(msg, "\n"), msg);
+        char line[512];
+        pgconn_conn_error_line(conn, line, sizeof(line));
+        log_error("postgres: cannot connect: %s", line);
         PQfinish(conn);
         return NULL;
     }

@@ -22,11 +22,8 @@ while [ $# -gt 0 ]; do
 done
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
-    bash "$src/scripts/deps.sh"
-    bash "$src/test/env/kafka.sh" fetch
-    [ -f "$src/build/build.ninja" ] || meson setup "$src/build" --buildtype=release >/dev/null
-    ninja -C "$src/build" >/dev/null
-    . "$src/scripts/servers.sh"
+    . "$src/scripts/common.sh"
+    (cd "$src" && common_setup)
     trap servers_stop EXIT
     servers_start
     RELAYTEST_RELAY_BIN=$src/build/outbox-relay

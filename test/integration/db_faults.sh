@@ -33,10 +33,10 @@ wait_until 60 "backlog drained after the lock" all_sent
 grep -q "canceling statement due to statement timeout" "$WORK/relay-main.log" || fail "no statement timed out"
 
 log "stopping PostgreSQL for 30 s"
-bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"
+pg_stop
 sleep 30
 kill -0 "$(relay_pid main)" || fail "relay exited while PostgreSQL was down"
-bash "$RELAYTEST_SRC/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"
+pg_start
 writers 4 500 200
 wait_until 60 "rows after the outage SENT" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"

@@ -7,14 +7,14 @@ start_relay main >/dev/null
 writers 4 500 100
 wait_until 60 "first rows SENT" all_sent
 log "stopping Kafka for 10 s"
-bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+kafka_stop
 writers 4 500 100
 sleep 10
 pending=$(count_status PENDING)
 kill -0 "$(relay_pid main)" || fail "relay exited while Kafka was down"
 log "while Kafka was down: $pending rows PENDING"
 [ "$pending" -gt 0 ] || fail "rows were marked SENT while Kafka was down"
-bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+kafka_start
 wait_until 120 "backlog drained after Kafka returned" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder across a Kafka outage"

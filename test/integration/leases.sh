@@ -32,14 +32,14 @@ log "balanced: r1 $(held r1), r2 $(held r2), r3 $(held r3) partitions"
 
 writers 8 6250 1000 &
 wp=$!
-wait_until 60 "10,000 rows sent" bash -c "[ \$($PG_BIN/psql -X -At '$DSN' -c \"SELECT count(*) FROM outbox WHERE status='SENT'\") -ge 10000 ]"
+wait_until 60 "10,000 rows sent" rows_at_least 10000 "status = 'SENT'"
 r2_old=$(incarnation r2)
 psqlc "INSERT INTO kills VALUES ('$r2_old', clock_timestamp())"
 kill_relay r2
 log "SIGKILLed $r2_old"
 sleep 1
 relay_as r2 r2
-wait_until 60 "25,000 rows sent" bash -c "[ \$($PG_BIN/psql -X -At '$DSN' -c \"SELECT count(*) FROM outbox WHERE status='SENT'\") -ge 25000 ]"
+wait_until 60 "25,000 rows sent" rows_at_least 25000 "status = 'SENT'"
 stop_relay r3 || fail "r3 exited with $? on SIGTERM"
 log "SIGTERMed r3"
 wait "$wp" || fail "writers failed"
@@ -68,7 +68,7 @@ sleep 8
 psqlc "ALTER ROLE r1 LOGIN"
 wait "$wp" || fail "writers failed"
 wait_until 60 "rows written during the cut SENT" all_sent
-wait_until 30 "r1 rejoined" bash -c "[ \$(curl -sf http://127.0.0.1:$(http_port r1)/metrics | awk '/^outbox_lease_partitions_held /{print \$2}') -ge 20 ]"
+wait_until 30 "r1 rejoined" metric_at_least r1 outbox_lease_partitions_held 20
 stop_relay r1 || fail "r1 exited with $? on SIGTERM"
 stop_relay r2 || fail "r2 exited with $? on SIGTERM"
 grep -q "lease: lost" "$WORK/relay-r1.log" || fail "r1 never noticed it lost its leases"

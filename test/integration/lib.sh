@@ -4,6 +4,7 @@
 # RELAYTEST_KAFKA_DIR, RELAYTEST_RELAY_BIN, RELAYTEST_CHECK_BIN, RELAYTEST_SRC.
 # A test that cannot reach its servers fails; it never skips.
 set -euo pipefail
+. "${RELAYTEST_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/scripts/common.sh"
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 TEST_NAME=$(basename "$0" .sh)
@@ -81,11 +82,14 @@ RELAY_ENV=()
 relay_pid() { eval "echo \${RELAY_PID_$1}"; }
 http_port() { eval "echo \${HTTP_PORT_$1}"; }
 
-# metric NAME METRIC_LINE_PREFIX: prints the value of the first sample line starting with it.
-metric() {
-    # awk reads all input: an early exit would make curl fail with a write error
-    curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | awk -v m="$2" 'index($0, m" ") == 1 && !done { print $2; done = 1 }'
-}
+# metric NAME SERIES: the value of one series (name and labels, as exported) of relay NAME;
+# 0 if it is not exported.
+metric() { metric_at "http://127.0.0.1:$(http_port "$1")/metrics" "$2"; }
+# metric_at_least NAME SERIES N / metric_is NAME SERIES V: conditions for wait_until.
+metric_at_least() { [ "$(metric "$1" "$2")" -ge "$3" ]; }
+metric_is() { [ "$(metric "$1" "$2")" = "$3" ]; }
+# exported NAME PATTERN: a line of relay NAME's /metrics matches the grep pattern.
+exported() { curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | grep -q "$2"; }
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
 stop_relay() {
@@ -105,6 +109,11 @@ kill_relay() {
 }
 
 count_status() { psqlc "SELECT count(*) FROM outbox WHERE status = '$1'"; }
+# count_where CONDITION: outbox rows matching an SQL condition.
+count_where() { psqlc "SELECT count(*) FROM outbox WHERE $1"; }
+# rows_at_least N CONDITION / rows_are N CONDITION: conditions for wait_until.
+rows_at_least() { [ "$(count_where "$2")" -ge "$1" ]; }
+rows_are() { [ "$(count_where "$2")" = "$1" ]; }
 
 # wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND until it succeeds.
 wait_until() {
@@ -138,10 +147,12 @@ SQL
 }
 
 # check TOPICS [outbox-check flags]: compares Kafka with the table; prints the CHECK line.
+# CHECK_WHERE (an SQL condition, default all rows) limits the rows Kafka must hold.
 check() {
     local topics=$1
     shift
-    "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox ORDER BY id" \
+    "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
+        -c "SELECT id, event_id, aggregate_id FROM outbox WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv"
     "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"
@@ -150,3 +161,21 @@ check() {
     grep -v 'has [0-9]* partitions' "$WORK/check.err" | head -20 | sed 's/^/# /' || true
     return $rc
 }
+
+# start_mock ARGS...: librdkafka's mock cluster (test/tools/mock_kafka) with ARGS; commands
+# go to it with `mock COMMAND...`; sets BOOTSTRAP to its brokers.
+start_mock() {
+    mkfifo "$WORK/mock.in"
+    "$RELAYTEST_MOCK_BIN" "$@" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
+    exec 7>"$WORK/mock.in"
+    wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
+    BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
+}
+mock() { echo "$*" >&7; }
+
+# kafka_stop / kafka_start, pg_stop / pg_kill / pg_start: the suite's shared servers.
+kafka_stop() { bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"; }
+kafka_start() { bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"; }
+pg_stop() { bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"; }
+pg_kill() { bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$RELAYTEST_PG_DIR"; }
+pg_start() { bash "$RELAYTEST_SRC/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"; }

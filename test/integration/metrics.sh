@@ -22,7 +22,7 @@ lat0=$(metric main outbox_event_latency_seconds_count)
 
 writers 4 500 50
 wait_until 60 "2000 rows SENT" all_sent
-wait_until 10 "counters advanced" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_marked_total /{print \$2}') -ge $((marked0 + 2000)) ]"
+wait_until 10 "counters advanced" metric_at_least main outbox_marked_total $((marked0 + 2000))
 pub1=$(metric main outbox_published_total)
 marked1=$(metric main outbox_marked_total)
 lat1=$(metric main outbox_event_latency_seconds_count)
@@ -31,13 +31,13 @@ log "published +$((pub1 - pub0)), marked +$((marked1 - marked0)), latency observ
 [ $((marked1 - marked0)) = 2000 ] || fail "outbox_marked_total advanced by $((marked1 - marked0)), not 2000"
 [ $((lat1 - lat0)) = 2000 ] || fail "latency histogram count advanced by $((lat1 - lat0)), not 2000"
 [ "$(metric main outbox_postgres_connected)" = 1 ] || fail "outbox_postgres_connected is not 1"
-wait_until 15 "brokers up reported" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_kafka_brokers_up /{print \$2}') -ge 1 ]"
+wait_until 15 "brokers up reported" metric_at_least main outbox_kafka_brokers_up 1
 
 log "stopping Kafka"
-bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+kafka_stop
 writers 2 500 50
-wait_until 30 "degraded reported" bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_degraded /{print \$2}')\" = 1 ]"
-wait_until 15 "backlog counted" bash -c "[ \$(curl -sf http://127.0.0.1:$port/metrics | awk '/^outbox_pending_rows /{print \$2}') -ge 1000 ]"
+wait_until 30 "degraded reported" metric_is main outbox_degraded 1
+wait_until 15 "backlog counted" metric_at_least main outbox_pending_rows 1000
 age1=$(metric main outbox_oldest_pending_age_seconds)
 sleep 6
 age2=$(metric main outbox_oldest_pending_age_seconds)
@@ -49,9 +49,10 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
 [ "$code" = 200 ] || fail "/healthz is $code"
 
-bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+kafka_start
 wait_until 120 "backlog drained after Kafka returned" all_sent
-wait_until 20 "gauges back to normal" bash -c "m=\$(curl -sf http://127.0.0.1:$port/metrics); echo \"\$m\" | grep -q '^outbox_pending_rows 0\$' && echo \"\$m\" | grep -q '^outbox_degraded 0\$'"
+gauges_normal() { metric_is main outbox_pending_rows 0 && metric_is main outbox_degraded 0; }
+wait_until 20 "gauges back to normal" gauges_normal
 [ "$(metric main outbox_published_total)" -ge $((pub1 + 1000)) ] || fail "published_total did not advance after the outage"
 curl -sf "http://127.0.0.1:$port/metrics" | promtool check metrics || fail "promtool check metrics rejected /metrics after the outage"
 stop_relay main || fail "relay exited with $? on SIGTERM"

@@ -6,14 +6,8 @@
 . "$(dirname "$0")/lib.sh"
 setup_db
 topic="$TOPIC_PREFIX.order"
-mkfifo "$WORK/mock.in"
-"$RELAYTEST_MOCK_BIN" --brokers 3 --topic "$topic:6" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
-mock=$!
-exec 7>"$WORK/mock.in"
-wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
-BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
+start_mock --brokers 3 --topic "$topic:6"
 log "mock cluster at $BOOTSTRAP"
-mock() { echo "$*" >&7; }
 
 RELAY_ENV=(OUTBOX_TESTHOOK_FATAL_AFTER=3000 OUTBOX_BATCH_SIZE=200)
 start_relay main >/dev/null
@@ -37,5 +31,4 @@ grep -q "producer recreated" "$WORK/relay-main.log" || fail "the producer was no
 grep -c "delivery failed\|fatal producer error" "$WORK/relay-main.log" | sed 's/^/# failures logged: /'
 check "$topic" || fail "loss or per-key disorder under injected faults"
 mock quit
-wait "$mock" || true
 log "ok"

@@ -8,9 +8,8 @@ RELAY_ENV=(OUTBOX_RETENTION=3s)
 start_relay main >/dev/null
 writers 4 500 50
 wait_until 60 "rows SENT" all_sent
-wait_until 30 "retention deleted the SENT rows" bash -c "[ \$($PG_BIN/psql -X -At '$DSN' -c 'SELECT count(*) FROM outbox') = 0 ]"
-wait_until 10 "outbox_retention_deleted_total counts them" bash -c \
-    "[ \$(curl -sf http://127.0.0.1:$(http_port main)/metrics | awk '/^outbox_retention_deleted_total /{print \$2}') -ge 2000 ]"
+wait_until 30 "retention deleted the SENT rows" rows_are 0 true
+wait_until 10 "outbox_retention_deleted_total counts them" metric_at_least main outbox_retention_deleted_total 2000
 log "retention deleted $(metric main outbox_retention_deleted_total) rows"
 
 # A long transaction: opened now, must be reported within 60 s (threshold 30 s by default).
@@ -20,8 +19,7 @@ holder=$!
 started=$SECONDS
 wait_until 60 "long transaction logged" grep -q "long-running transaction: .*application_name='stuck-batch-job'" "$WORK/relay-main.log"
 log "long transaction reported after $((SECONDS - started)) s: $(grep -o "long-running transaction: [^:]*" "$WORK/relay-main.log" | head -1)"
-wait_until 10 "long transaction metric" bash -c \
-    "curl -sf http://127.0.0.1:$(http_port main)/metrics | grep -q 'outbox_long_transaction_age_seconds{.*application_name=\"stuck-batch-job\"'"
+wait_until 10 "long transaction metric" exported main 'outbox_long_transaction_age_seconds{.*application_name="stuck-batch-job"'
 curl -sf "http://127.0.0.1:$(http_port main)/status" | grep '"application_name":"stuck-batch-job"' >/dev/null ||
     fail "/status does not name the long transaction"
 kill "$holder" 2>/dev/null || true
@@ -29,7 +27,7 @@ wait "$holder" 2>/dev/null || true
 
 # status --json, with one parked row and a backlog on a second topic.
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', 'bad', 'E', '{}', '[1]')"
-wait_until 20 "poison row parked" bash -c "[ \$($PG_BIN/psql -X -At '$DSN' -c \"SELECT count(*) FROM outbox WHERE status='FAILED'\") = 1 ]"
+wait_until 20 "poison row parked" rows_are 1 "status = 'FAILED'"
 "$RELAYTEST_RELAY_BIN" status --json --pg-dsn "$DSN" --topic-template "$TOPIC_PREFIX.{aggregate_type}" >"$WORK/status.json"
 cat "$WORK/status.json" | sed 's/^/#   /' | head -40
 jq -e '

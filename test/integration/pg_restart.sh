@@ -18,9 +18,9 @@ writer_loop &
 wl=$!
 sleep 3
 log "restarting PostgreSQL"
-bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"
+pg_stop
 sleep 2
-bash "$RELAYTEST_SRC/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"
+pg_start
 sleep 3
 touch "$WORK/stop"
 wait "$wl"

@@ -9,7 +9,7 @@ psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        FROM generate_series(1, 200000) g"
 RELAY_ENV=(OUTBOX_SHUTDOWN_TIMEOUT_MS=10000)
 start_relay main >/dev/null
-wait_until 60 "relaying has started" bash -c "[ \$($PG_BIN/psql -X -At '$DSN' -c \"SELECT count(*) FROM outbox WHERE status='SENT'\") -gt 5000 ]"
+wait_until 60 "relaying has started" rows_at_least 5001 "status = 'SENT'"
 start=$(date +%s%N)
 rc=0
 stop_relay main || rc=$?

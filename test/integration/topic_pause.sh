@@ -7,16 +7,12 @@
 setup_db
 denied="$TOPIC_PREFIX.payment"
 fine="$TOPIC_PREFIX.order"
-mkfifo "$WORK/mock.in"
-"$RELAYTEST_MOCK_BIN" --brokers 2 --topic "$denied:6" --topic "$fine:6" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
-exec 7>"$WORK/mock.in"
-wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
-BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
+start_mock --brokers 2 --topic "$denied:6" --topic "$fine:6"
 for p in 0 1 2 3 4 5; do
-    echo "leader $denied $p 1" >&7
-    echo "leader $fine $p 2" >&7
+    mock leader "$denied" $p 1
+    mock leader "$fine" $p 2
 done
-echo "broker_errors 1 100000 TOPIC_AUTHORIZATION_FAILED" >&7
+mock broker_errors 1 100000 TOPIC_AUTHORIZATION_FAILED
 RELAY_ENV=(OUTBOX_TOPIC_PAUSE_MS=4000)
 start_relay main >/dev/null
 writers 2 200 40 payment
@@ -29,17 +25,16 @@ log "with $denied denied: $pending payment rows PENDING, $(count_status FAILED) 
 [ "$pending" = 400 ] || fail "expected all 400 payment rows PENDING, got $pending"
 [ "$(count_status FAILED)" = 0 ] || fail "a topic-level error parked rows"
 grep -q "topic $denied paused" "$WORK/relay-main.log" || fail "no log line names the paused topic"
-wait_until 10 "outbox_topic_paused shows $denied" bash -c \
-    "curl -sf http://127.0.0.1:$(http_port main)/metrics | grep -q 'outbox_topic_paused{topic=\"$denied\"} 1'"
+wait_until 10 "outbox_topic_paused shows $denied" metric_is main "outbox_topic_paused{topic=\"$denied\"}" 1
 # the cause goes away: the denied topic's partitions move to broker 2, which allows them
-for p in 0 1 2 3 4 5; do echo "leader $denied $p 2" >&7; done
+for p in 0 1 2 3 4 5; do mock leader "$denied" $p 2; done
 wait_until 60 "the paused topic resumed and drained" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$denied,$fine" || fail "loss or disorder around a paused topic"
 
 # The same with UNKNOWN_TOPIC_OR_PART (the topic's partitions vanish from broker 1).
-for p in 0 1 2 3 4 5; do echo "leader $denied $p 1" >&7; done
-echo "broker_errors 1 100000 UNKNOWN_TOPIC_OR_PART" >&7
+for p in 0 1 2 3 4 5; do mock leader "$denied" $p 1; done
+mock broker_errors 1 100000 UNKNOWN_TOPIC_OR_PART
 start_relay again >/dev/null
 writers 2 100 40 payment
 writers 2 100 40 order
@@ -48,9 +43,9 @@ wait_until 60 "the healthy topic drained again" order_sent
 pending=$(psqlc "SELECT count(*) FROM outbox WHERE aggregate_type = 'payment' AND status = 'PENDING'")
 log "with UNKNOWN_TOPIC_OR_PART: $pending payment rows wait, 0 parked"
 [ "$pending" = 200 ] || fail "expected the 200 new payment rows to wait, got $pending"
-for p in 0 1 2 3 4 5; do echo "leader $denied $p 2" >&7; done
+for p in 0 1 2 3 4 5; do mock leader "$denied" $p 2; done
 wait_until 60 "the unknown topic resumed and drained" all_sent
 stop_relay again || fail "relay exited with $? on SIGTERM"
 check "$denied,$fine" || fail "loss or disorder around an unknown topic"
-echo quit >&7
+mock quit
 log "ok"

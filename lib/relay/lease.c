@@ -1,0 +1,361 @@
+/* Lease partitions: many relays on one table share its 64 partitions through session
+ * advisory locks. Acquire, scan and balance, hand back drained partitions, lose every
+ * partition at once when the session may be gone (client-side deadline), and write the
+ * lease log. The pure rules are at the top (lease.h); the statements below them. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "relay_int.h"
+
+/* ---- pure rules (lease.h) ---------------------------------------------------- */
+
+int lease_count_held(const struct lease *leases)
+{
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        n += leases[p].state == LEASE_GRACE || leases[p].state == LEASE_ACTIVE;
+    return n;
+}
+
+int lease_balance_target(int relays)
+{
+    if (relays < 1)
+        relays = 1;
+    return (OUTBOX_LEASE_PARTITIONS + relays - 1) / relays;
+}
+
+int lease_parse_locked(const char *list, int *locked)
+{
+    int n = 0;
+    memset(locked, 0, OUTBOX_LEASE_PARTITIONS * sizeof(*locked));
+    for (const char *c = list; *c;) {
+        char *end;
+        long p = strtol(c, &end, 10); /* a number, signed, or nothing */
+        if (end == c) {
+            c++;
+            continue;
+        }
+        c = end;
+        if (p >= 0 && p < OUTBOX_LEASE_PARTITIONS && !locked[p]) {
+            locked[p] = 1;
+            n++;
+        }
+    }
+    return n;
+}
+
+int lease_pick_acquire(const struct lease *leases, const int *locked, int want, struct strbuf *out)
+{
+    int n = 0;
+    pgarray_open(out);
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && n < want; p++)
+        if (!locked[p] && leases[p].state == LEASE_FREE) {
+            pgarray_int(out, p);
+            n++;
+        }
+    pgarray_close(out);
+    return n;
+}
+
+int lease_pick_handback(struct lease *leases, int give)
+{
+    int n = 0;
+    for (int p = OUTBOX_LEASE_PARTITIONS - 1; p >= 0 && n < give; p--)
+        if (leases[p].state == LEASE_ACTIVE || leases[p].state == LEASE_GRACE) {
+            leases[p].state = LEASE_DRAINING;
+            n++;
+        }
+    return n;
+}
+
+int lease_activate(struct lease *leases, int64_t now_ms, struct strbuf *out)
+{
+    int n = 0;
+    pgarray_open(out);
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        if (leases[p].state == LEASE_GRACE && now_ms >= leases[p].publish_from_ms)
+            leases[p].state = LEASE_ACTIVE;
+        if (leases[p].state == LEASE_ACTIVE) {
+            pgarray_int(out, p);
+            n++;
+        }
+    }
+    pgarray_close(out);
+    return n;
+}
+
+int lease_takeover_clean(const char *last_event, const char *last_holder, const char *me)
+{
+    return !last_event || strcmp(last_event, "released") == 0 ||
+           (strcmp(last_event, "lost") == 0 && last_holder && strcmp(last_holder, me) == 0);
+}
+
+/* ---- this relay's leases ------------------------------------------------------ */
+
+static void log_lease(struct relay *r, int partition, const char *event, int64_t from, int64_t until)
+{
+    struct lease_set *ls = &r->lease;
+    ls->events = xrealloc(ls->events, (ls->n_events + 1) * sizeof(*ls->events));
+    ls->events[ls->n_events++] = (struct lease_event){partition, event, wall_ms(), from, until};
+}
+
+int lease_active_literal(struct relay *r, struct strbuf *out)
+{
+    return lease_activate(r->lease.part, mono_ms(), out);
+}
+
+/* The session that held the locks is gone or may be: stop publishing every partition at
+ * once, drop what is queued in the producer, and log the loss (written once reconnected).
+ * The reset that follows releases the claim. */
+void lease_lose_all(struct relay *r, const char *why)
+{
+    int lost = 0;
+    int64_t now = wall_ms();
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        if (r->lease.part[p].state == LEASE_FREE)
+            continue;
+        log_lease(r, p, "lost", 0, now);
+        r->lease.part[p].state = LEASE_FREE;
+        lost++;
+    }
+    if (!lost)
+        return;
+    r->m.lease_lost_total += (uint64_t)lost;
+    log_warn("lease: lost %d partitions (%s); producer queue purged, their rows stay PENDING", lost, why);
+    sink_abandon(r->sink, 200);
+    reset_start(r, "lease partitions lost");
+}
+
+/* At shutdown, once nothing is in flight: every held partition is handed back. */
+void lease_drain_all(struct relay *r)
+{
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->lease.part[p].state == LEASE_ACTIVE || r->lease.part[p].state == LEASE_GRACE)
+            r->lease.part[p].state = LEASE_DRAINING;
+}
+
+int lease_all_released(const struct relay *r)
+{
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->lease.part[p].state != LEASE_FREE)
+            return 0;
+    return r->lease.n_events == 0;
+}
+
+/* ---- lease log ---------------------------------------------------------------- */
+
+static void lease_log_ok(struct relay *r, PGresult *res)
+{
+    (void)res;
+    struct lease_set *ls = &r->lease;
+    /* the first events_sent events are written; later ones arrived meanwhile */
+    memmove(ls->events, ls->events + ls->events_sent,
+            (ls->n_events - ls->events_sent) * sizeof(*ls->events));
+    ls->n_events -= ls->events_sent;
+    ls->events_sent = 0;
+}
+
+static const struct worker_stmt lease_log_stmt = {
+    .what = "writing the lease log", .on_ok = lease_log_ok};
+
+/* Writes every queued lease event in one statement. */
+static int send_lease_log(struct relay *r)
+{
+    struct strbuf parts, events, at, from, until;
+    struct strbuf *all[] = {&parts, &events, &at, &from, &until};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        strbuf_init(all[i]);
+        pgarray_open(all[i]);
+    }
+    for (size_t i = 0; i < r->lease.n_events; i++) {
+        const struct lease_event *e = &r->lease.events[i];
+        pgarray_int(&parts, e->partition);
+        pgarray_str(&events, e->event);
+        pgarray_int(&at, e->at);
+        pgarray_int(&from, e->publish_from);
+        pgarray_int(&until, e->publish_until);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        pgarray_close(all[i]);
+    const char *params[6] = {parts.buf, r->lease.incarnation, events.buf, at.buf, from.buf, until.buf};
+    int rc = worker_send(r, &lease_log_stmt, r->sql.lease_log, 6, params);
+    if (rc == 0)
+        r->lease.events_sent = r->lease.n_events;
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        strbuf_destroy(all[i]);
+    return rc;
+}
+
+/* ---- acquire ------------------------------------------------------------------ */
+
+static void lease_acquire_ok(struct relay *r, PGresult *res)
+{
+    int64_t now = mono_ms(), wall = wall_ms();
+    int got = 0, takeovers = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        int p = atoi(PQgetvalue(res, i, LEASE_ACQUIRE_PARTITION));
+        if (strcmp(PQgetvalue(res, i, LEASE_ACQUIRE_GOT), "t") != 0 || p < 0 || p >= OUTBOX_LEASE_PARTITIONS)
+            continue;
+        /* The previous holder may still be publishing until its own deadline unless it
+         * released the partition cleanly (or it was this very process). */
+        int clean = lease_takeover_clean(
+            PQgetisnull(res, i, LEASE_ACQUIRE_LAST_EVENT) ? NULL : PQgetvalue(res, i, LEASE_ACQUIRE_LAST_EVENT),
+            PQgetvalue(res, i, LEASE_ACQUIRE_LAST_HOLDER), r->lease.incarnation);
+        int64_t wait = clean ? 0 : r->lease.grace_ms;
+        r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
+        r->lease.part[p].publish_from_ms = now + wait;
+        log_lease(r, p, "acquired", wall + wait, 0);
+        got++;
+        takeovers += !clean;
+    }
+    if (got) {
+        r->m.lease_takeovers_total += (uint64_t)takeovers;
+        log_info("lease: acquired %d partitions (%d taken over from a relay that did not release "
+                 "them: publishing after a %lld ms grace); holding %d of %d with %d relays",
+                 got, takeovers, (long long)(takeovers ? r->lease.grace_ms : 0),
+                 lease_count_held(r->lease.part), OUTBOX_LEASE_PARTITIONS, r->lease.relays);
+        r->claim.wanted = 1;
+    }
+}
+
+static const struct worker_stmt lease_acquire_stmt = {
+    .what = "acquiring lease partitions", .on_ok = lease_acquire_ok};
+
+/* ---- release ------------------------------------------------------------------ */
+
+static void lease_release_ok(struct relay *r, PGresult *res)
+{
+    (void)res;
+    int64_t now = wall_ms();
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->lease.part[p].state == LEASE_DRAINING && r->lease.part[p].publish_from_ms == -1) {
+            r->lease.part[p].state = LEASE_FREE;
+            log_lease(r, p, "released", 0, now);
+            n++;
+        }
+    log_info("lease: released %d partitions; holding %d", n, lease_count_held(r->lease.part));
+}
+
+static const struct worker_stmt lease_release_stmt = {
+    .what = "releasing lease partitions", .on_ok = lease_release_ok};
+
+/* Releases draining partitions that have nothing in flight any more. */
+static int send_lease_release(struct relay *r)
+{
+    int inflight[OUTBOX_LEASE_PARTITIONS];
+    window_per_partition(&r->win, inflight, OUTBOX_LEASE_PARTITIONS);
+    struct strbuf parts;
+    strbuf_init(&parts);
+    pgarray_open(&parts);
+    int n = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (r->lease.part[p].state == LEASE_DRAINING && !inflight[p]) {
+            pgarray_int(&parts, p);
+            r->lease.part[p].publish_from_ms = -1; /* marks "in this release" */
+            n++;
+        }
+    pgarray_close(&parts);
+    int rc = -1;
+    if (n) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+        const char *params[2] = {key, parts.buf};
+        rc = worker_send(r, &lease_release_stmt, r->sql.lease_release, 2, params);
+    }
+    strbuf_destroy(&parts);
+    return rc;
+}
+
+/* ---- scan and balance --------------------------------------------------------- */
+
+static void lease_scan_ok(struct relay *r, PGresult *res)
+{
+    int relays = atoi(PQgetvalue(res, 0, LEASE_SCAN_RELAYS));
+    int locked[OUTBOX_LEASE_PARTITIONS];
+    lease_parse_locked(PQgetvalue(res, 0, LEASE_SCAN_LOCKED), locked);
+    if (relays < 1)
+        relays = 1;
+    if (relays != r->lease.relays && r->lease.relays)
+        log_info("lease: %d relays share the table (was %d)", relays, r->lease.relays);
+    r->lease.relays = relays;
+    if (r->mode != MODE_RUNNING)
+        return;
+    int target = lease_balance_target(relays);
+    int held = lease_count_held(r->lease.part);
+    if (held > target) {
+        /* give back the highest partitions: stop claiming them, release once drained */
+        int n = lease_pick_handback(r->lease.part, held - target);
+        r->m.lease_rebalances_total++;
+        log_info("lease: handing back %d partitions to balance %d relays", n, relays);
+    } else if (held < target) {
+        struct strbuf parts;
+        strbuf_init(&parts);
+        if (lease_pick_acquire(r->lease.part, locked, target - held, &parts)) {
+            char key[16];
+            snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+            const char *params[2] = {key, parts.buf};
+            /* sent from here, the scan's follow-up: kick waits for it (the worker is busy) */
+            worker_send(r, &lease_acquire_stmt, r->sql.lease_acquire, 2, params);
+        }
+        strbuf_destroy(&parts);
+    }
+}
+
+static const struct worker_stmt lease_scan_stmt = {
+    .what = "scanning lease partitions", .on_ok = lease_scan_ok};
+
+static int send_lease_scan(struct relay *r)
+{
+    char key[16];
+    snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+    const char *params[1] = {key};
+    r->lease.due = 0;
+    return worker_send(r, &lease_scan_stmt, r->sql.lease_scan, 1, params);
+}
+
+/* The next lease statement, if one is wanted: log, release, scan. Returns 0 if one was
+ * sent, -1 if none was wanted (or it could not be sent). */
+int lease_send_next(struct relay *r)
+{
+    if (r->lease.n_events)
+        return send_lease_log(r);
+    if (send_lease_release(r) == 0)
+        return 0;
+    if (r->lease.due && (r->mode == MODE_RUNNING || r->mode == MODE_RESETTING))
+        return send_lease_scan(r);
+    return -1;
+}
+
+/* Lease housekeeping on a timer: the client-side deadline, grace periods, and a scan. */
+static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    int64_t now = mono_ms();
+    if (lease_count_held(r->lease.part) > 0 && now - r->lease.last_contact_ms > r->lease.deadline_ms) {
+        char why[96];
+        snprintf(why, sizeof(why), "no answer from PostgreSQL for %lld ms",
+                 (long long)(now - r->lease.last_contact_ms));
+        lease_lose_all(r, why);
+        pgconn_reset(r->worker, why); /* a new session; the old one's locks go with it */
+    }
+    r->lease.due = 1;
+    relay_want_kick(r);
+}
+
+void lease_init(struct relay *r)
+{
+    const struct config *cfg = r->cfg;
+    r->lease.grace_ms = cfg->lease_timeout_ms * 2 / 5;    /* > the old holder's deadline */
+    r->lease.deadline_ms = cfg->lease_timeout_ms * 3 / 10; /* < the server's detection time */
+    snprintf(r->lease.incarnation, sizeof(r->lease.incarnation), "%s/%d", cfg->relay_name,
+             (int)getpid());
+    ev_timer_init(&r->lease.timer, lease_timer_cb, cfg->lease_timeout_ms / 5000.0,
+                  cfg->lease_timeout_ms / 5000.0);
+    r->lease.timer.data = r;
+    r->lease.due = 1;
+}

@@ -1,0 +1,48 @@
+/* Paused topics (see pause.h). */
+#include "pause.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum pause_result pauses_add(struct pauses *p, const char *topic, int64_t until_ms)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->topic[i].name, topic) == 0) {
+            p->topic[i].until_ms = until_ms;
+            return PAUSE_EXTENDED;
+        }
+    if (p->n == PAUSE_MAX)
+        return PAUSE_FULL;
+    snprintf(p->topic[p->n].name, sizeof(p->topic[0].name), "%s", topic);
+    p->topic[p->n++].until_ms = until_ms;
+    return PAUSE_NEW;
+}
+
+void pauses_expire(struct pauses *p, int64_t now_ms, void (*resumed)(const char *topic))
+{
+    for (size_t i = 0; i < p->n;) {
+        if (p->topic[i].until_ms <= now_ms) {
+            if (resumed)
+                resumed(p->topic[i].name);
+            p->topic[i] = p->topic[--p->n];
+        } else {
+            i++;
+        }
+    }
+}
+
+int pauses_has(const struct pauses *p, const char *topic)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->topic[i].name, topic) == 0)
+            return 1;
+    return 0;
+}
+
+void pauses_literal(const struct pauses *p, struct strbuf *out)
+{
+    pgarray_open(out);
+    for (size_t i = 0; i < p->n; i++)
+        pgarray_str(out, p->topic[i].name);
+    pgarray_close(out);
+}

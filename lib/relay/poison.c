@@ -1,0 +1,153 @@
+/* Poison rows: a row Kafka rejects is found by publishing one row at a time, its failures
+ * alone are counted as attempts, and at OUTBOX_MAX_ATTEMPTS (or at once when it can never
+ * be published) it is parked as FAILED with its reason, copied to the dead-letter topic,
+ * and, with the block policy, its key's later rows wait. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "relay_int.h"
+
+void poison_queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt)
+{
+    struct poison_state *ps = &r->poison;
+    ps->updates = xrealloc(ps->updates, (ps->n_updates + 1) * sizeof(*ps->updates));
+    ps->updates[ps->n_updates++] = (struct row_update){id, xstrdup(reason), count_attempt};
+}
+
+void poison_destroy(struct relay *r)
+{
+    for (size_t i = 0; i < r->poison.n_updates; i++)
+        free(r->poison.updates[i].reason);
+    free(r->poison.updates);
+    free(r->claim.blocked_keys);
+}
+
+/* Decides what each failed row means once every in-flight delivery has reported:
+ * row errors of a row published alone count as attempts; row errors in a batch start
+ * isolation; the rest (topic errors paused the topic already) wait for the next claim. */
+void poison_judge_failures(struct relay *r)
+{
+    int alone = r->reset.isolate_until_id && r->win.n_state[ROW_FAILED] == 1;
+    for (size_t i = 0; i < r->win.n; i++) {
+        struct inflight_row *row = &r->win.rows[i];
+        if (row->state != ROW_FAILED || row->fail != FAILURE_ROW)
+            continue;
+        if (alone) {
+            char reason[300];
+            snprintf(reason, sizeof(reason), "Kafka rejected the message: %s",
+                     rd_kafka_err2str(row->err));
+            poison_queue_update(r, row->id, reason, 1);
+            window_set_state(&r->win, row, ROW_PARKING);
+        } else if (row->id > r->reset.isolate_until_id) {
+            r->reset.isolate_until_id = row->id;
+        }
+    }
+    if (r->reset.isolate_until_id)
+        log_info("relay: publishing rows one at a time up to id %lld to find the row Kafka "
+                 "rejects", (long long)r->reset.isolate_until_id);
+}
+
+int poison_key_blocked(const struct relay *r, const char *key)
+{
+    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
+        if (strcmp(r->claim.blocked_keys[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+/* Sends a parked row to the dead-letter topic (headers only when the payload is gone). */
+static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason)
+{
+    if (!r->cfg->dead_letter_topic[0])
+        return;
+    char id[24];
+    snprintf(id, sizeof(id), "%lld", (long long)row->id);
+    struct message msg = {
+        .topic = xstrdup(r->cfg->dead_letter_topic),
+        .headers = {
+            {"event_id", row->event_id},
+            {"event_type", row->event_type ? row->event_type : ""},
+            {"aggregate_type", row->aggregate_type ? row->aggregate_type : ""},
+            {"outbox_error", reason},
+            {"outbox_id", id},
+        },
+        .n_headers = 5,
+    };
+    /* Only a payload that fits: the reason may be that it is too large. */
+    int with_payload = row->payload && row->payload_len < 512 * 1024;
+    rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row->aggregate_id,
+                                           with_payload ? row->payload : NULL,
+                                           with_payload ? row->payload_len : 0, row->created_ms,
+                                           -row->id);
+    if (err)
+        log_warn("relay: dead-letter copy of row %lld not sent: %s", (long long)row->id,
+                 rd_kafka_err2str(err));
+    message_destroy(&msg);
+}
+
+/* A row that can never be published: park it; with the block policy, hold the rest of
+ * its key in this claim (later claims skip keys with a FAILED row). */
+void poison_park_row(struct relay *r, struct inflight_row *slot, const struct outbox_row *row,
+                     const char *reason)
+{
+    window_set_state(&r->win, slot, ROW_PARKING);
+    poison_queue_update(r, row->id, reason, 0);
+    dead_letter(r, row, reason);
+    if (strcmp(r->cfg->poison_policy, "block") == 0) {
+        struct claim_state *c = &r->claim;
+        c->blocked_keys = xrealloc(c->blocked_keys, (c->n_blocked_keys + 1) * sizeof(char *));
+        c->blocked_keys[c->n_blocked_keys++] = xstrdup(row->aggregate_id);
+    }
+}
+
+/* The first queued update was written (parked, or an attempt counted). */
+static void update_ok(struct relay *r, PGresult *res)
+{
+    struct row_update *u = &r->poison.updates[0];
+    int parked = !u->count_attempt ||
+                 (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, ROW_FAILED_STATUS), "FAILED") == 0);
+    if (parked) {
+        r->m.parked_total++;
+        log_warn("relay: row %lld parked as FAILED: %s", (long long)u->id, u->reason);
+        if (u->count_attempt) {
+            /* Rejected by Kafka: the payload is what was rejected, so the dead letter
+             * carries the row's identity and the reason only. */
+            struct outbox_row row = {
+                .id = u->id,
+                .event_id = PQgetvalue(res, 0, ROW_FAILED_EVENT_ID),
+                .aggregate_id = PQgetvalue(res, 0, ROW_FAILED_AGGREGATE_ID),
+                .aggregate_type = PQgetvalue(res, 0, ROW_FAILED_AGGREGATE_TYPE),
+                .event_type = PQgetvalue(res, 0, ROW_FAILED_EVENT_TYPE),
+                .created_ms = strtoll(PQgetvalue(res, 0, ROW_FAILED_CREATED_MS), NULL, 10),
+            };
+            dead_letter(r, &row, u->reason);
+        }
+    } else if (PQntuples(res) == 1) {
+        log_warn("relay: row %lld failed alone (attempt %s of %d): %s", (long long)u->id,
+                 PQgetvalue(res, 0, ROW_FAILED_ATTEMPTS), r->cfg->max_attempts, u->reason);
+    }
+    struct inflight_row *row = window_find(&r->win, u->id);
+    if (row)
+        window_remove_one(&r->win, row);
+    free(u->reason);
+    memmove(&r->poison.updates[0], &r->poison.updates[1],
+            (r->poison.n_updates - 1) * sizeof(*r->poison.updates));
+    r->poison.n_updates--;
+}
+
+static const struct worker_stmt update_stmt = {
+    .what = "writing back a failed row", .on_ok = update_ok};
+
+void poison_send_update(struct relay *r)
+{
+    struct row_update *u = &r->poison.updates[0];
+    char id[24], max[16];
+    snprintf(id, sizeof(id), "%lld", (long long)u->id);
+    snprintf(max, sizeof(max), "%d", r->cfg->max_attempts);
+    const char *params[3] = {id, u->reason, max};
+    if (u->count_attempt)
+        worker_send(r, &update_stmt, r->sql.row_failed, 3, params);
+    else
+        worker_send(r, &update_stmt, r->sql.park, 2, params);
+}

@@ -1,0 +1,174 @@
+/* Producing: hands the claimed rows to the producer in id order (until backpressure),
+ * takes the delivery reports and fatal errors (loop thread), and classifies Kafka errors
+ * as the row's, the topic's, the producer's or nobody's in particular. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "relay_int.h"
+
+enum failure_reason produce_classify(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        return FAILURE_ROW;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+        return FAILURE_TOPIC;
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR__FATAL:
+        return FAILURE_PRODUCER;
+    default: /* _MSG_TIMED_OUT and everything else */
+        return FAILURE_TRANSIENT;
+    }
+}
+
+/* A claim row as the message mapping reads it (borrowed from res). */
+static struct outbox_row claim_row(const PGresult *res, int i)
+{
+    return (struct outbox_row){
+        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
+        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
+        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
+        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
+        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
+        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
+        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
+        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
+        .headers = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
+        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
+        .attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
+    };
+}
+
+/* A failed produce or delivery: record it on the row and start a reset. */
+static void row_failed(struct relay *r, struct inflight_row *slot, rd_kafka_resp_err_t err,
+                       const char *topic, int maybe_persisted, const char *verb)
+{
+    slot->err = err;
+    slot->fail = produce_classify(err);
+    slot->maybe_persisted = maybe_persisted;
+    window_set_state(&r->win, slot, ROW_FAILED);
+    r->m.publish_failures_total[slot->fail]++;
+    if (slot->fail == FAILURE_TOPIC && topic)
+        reset_pause_topic(r, topic, err);
+    char reason[512];
+    snprintf(reason, sizeof(reason), "%s %s failed: %s", verb, topic ? topic : "?",
+             rd_kafka_err2str(err));
+    reset_start(r, reason);
+}
+
+/* Produces the claimed rows in id order while the mode is RUNNING, until the producer's
+ * queue is full (resumed by the next delivery report) or a produce fails. */
+void produce_claimed(struct relay *r)
+{
+    if (!r->claim.res || r->mode != MODE_RUNNING)
+        return;
+    PGresult *res = r->claim.res;
+    int n = PQntuples(res);
+    for (; r->claim.next < n && r->mode == MODE_RUNNING; r->claim.next++) {
+        struct outbox_row row = claim_row(res, r->claim.next);
+        struct inflight_row *slot = window_find(&r->win, row.id);
+        if (!slot || slot->state != ROW_QUEUED)
+            continue;
+        if (r->lease.part[slot->partition].state != LEASE_ACTIVE) {
+            window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
+            continue;
+        }
+        if (poison_key_blocked(r, row.aggregate_id)) {
+            window_remove_one(&r->win, slot); /* stays PENDING; the parked key holds it back */
+            continue;
+        }
+        struct message msg;
+        char reason[512];
+        if (message_build(&row, r->cfg->topic_template, &msg, reason, sizeof(reason)) != 0) {
+            poison_park_row(r, slot, &row, reason);
+            continue;
+        }
+        rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
+                                               row.payload ? row.payload_len : 0, row.created_ms,
+                                               row.id);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            message_destroy(&msg);
+            return; /* backpressure: resumes on the next delivery report */
+        }
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || err == RD_KAFKA_RESP_ERR__INVALID_ARG) {
+            snprintf(reason, sizeof(reason), "the producer refuses the message (%zu bytes): %s",
+                     row.payload_len, rd_kafka_err2str(err));
+            poison_park_row(r, slot, &row, reason);
+        } else if (err) {
+            row_failed(r, slot, err, msg.topic, 0, "produce to");
+        } else {
+            window_set_state(&r->win, slot, ROW_PRODUCED);
+        }
+        message_destroy(&msg);
+    }
+    if (r->claim.next >= n)
+        claim_release(r);
+}
+
+/* ---- Kafka callbacks (loop thread, from sink_poll) ---------------------------------- */
+
+static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, const char *topic,
+                        int maybe_persisted)
+{
+    struct relay *r = ctx;
+    if (row_id < 0) { /* a dead-letter copy */
+        if (err)
+            log_warn("kafka: dead-letter copy of row %lld failed: %s", (long long)-row_id,
+                     rd_kafka_err2str(err));
+        return;
+    }
+    struct inflight_row *row = window_find(&r->win, row_id);
+    if (!row || row->state != ROW_PRODUCED) {
+        log_warn("kafka: delivery report for row %lld that is not in flight", (long long)row_id);
+        return;
+    }
+    if (err) {
+        log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
+                  topic ? topic : "?", rd_kafka_err2name(err));
+        row_failed(r, row, err, topic, maybe_persisted, "delivery to");
+        relay_want_kick(r);
+        return;
+    }
+    window_set_state(&r->win, row, ROW_ACKED);
+    r->m.published_total++;
+    histogram_observe(&r->m.latency, (double)(wall_ms() - row->created_ms) / 1000.0);
+    if (r->reset.isolate_until_id) {
+        if (row->id >= r->reset.isolate_until_id) {
+            log_info("relay: isolation done at row %lld; back to batches", (long long)row->id);
+            r->reset.isolate_until_id = 0;
+        }
+        r->claim.wanted = 1; /* one row at a time: the next claim follows this report */
+    }
+#ifdef OUTBOX_TEST_HOOKS
+    if (r->test_fatal_after > 0 && r->m.published_total == (uint64_t)r->test_fatal_after) {
+        log_warn("test hook: injecting a fatal producer error");
+        sink_test_fatal(r->sink);
+    }
+#endif
+    if (r->mode == MODE_RUNNING)
+        backoff_reset(&r->reset.backoff);
+    relay_want_kick(r);
+}
+
+static void on_fatal(void *ctx, const char *reason)
+{
+    struct relay *r = ctx;
+    char why[300];
+    snprintf(why, sizeof(why), "fatal producer error: %s", reason);
+    r->reset.fatal_pending = 1;
+    reset_start(r, why);
+    relay_want_kick(r);
+}
+
+const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal};

@@ -1,0 +1,277 @@
+/* The relay loop: life cycle, the connections' callbacks, the shutdown state machine, and
+ * kick — the one place that decides what the worker connection does next. The concerns
+ * live beside it: claim.c (claims, marks, poll, doorbell), produce.c (producer and its
+ * reports), poison.c, reset.c, lease.c, status.c, worker.c, and the pure window.c and
+ * pause.c. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "relay_int.h"
+
+/* ---- the decision -------------------------------------------------------------- */
+
+/* Whether every acknowledged row is marked and every write-back done (shutdown). */
+static int drained(const struct relay *r)
+{
+    return !window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING)) &&
+           r->poison.n_updates == 0;
+}
+
+static void log_resumed(const char *topic)
+{
+    log_info("relay: topic %s resumes (trying again)", topic);
+}
+
+static void kick(struct relay *r)
+{
+    if (r->mode == MODE_DONE)
+        return;
+    sink_poll(r->sink);
+    produce_claimed(r);
+    if (r->mode == MODE_RESETTING)
+        reset_advance(r);
+    if (r->mode == MODE_DRAINING && drained(r)) {
+        lease_drain_all(r);
+        if (lease_all_released(r) || !pgconn_connected(r->worker)) {
+            log_info("shutdown: all acknowledged rows marked, leases released; exiting");
+            relay_finish(r, 0);
+            return;
+        }
+    }
+    if (worker_busy(r) || !pgconn_idle(r->worker) || ev_is_active(&r->retry_timer))
+        return;
+    pauses_expire(&r->paused, mono_ms(), log_resumed);
+    if (!r->schema_ok) {
+        worker_send_version(r);
+    } else if (r->poison.n_updates) {
+        poison_send_update(r);
+    } else if (lease_send_next(r) == 0) {
+        /* lease log, release or scan */
+    } else if (r->win.n_state[ROW_ACKED] && !(r->claim.last_was_mark && claim_ready(r))) {
+        /* Marks and claims alternate while both are wanted, so that acknowledgements
+         * arriving in small groups cannot starve claiming (and the in-flight window
+         * stays full while Kafka works). */
+        r->claim.last_was_mark = 1;
+        mark_send(r);
+    } else if (r->win.n_state[ROW_FAILED] && r->mode == MODE_RESETTING &&
+               !r->win.n_state[ROW_PRODUCED]) {
+        reset_send_note_failed(r);
+    } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
+        doorbell_send_arm(r);
+    } else if (claim_ready(r)) {
+        r->claim.last_was_mark = 0;
+        claim_send(r);
+    } else if (r->win.n_state[ROW_ACKED]) {
+        r->claim.last_was_mark = 1;
+        mark_send(r);
+    }
+}
+
+/* Kicks wanted by callbacks (results, reports, timers) run before the loop next waits
+ * for events, as many times as they are asked for meanwhile. */
+static void kick_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    (void)revents;
+    struct relay *r = w->data;
+    while (r->kick_wanted) {
+        r->kick_wanted = 0;
+        kick(r);
+    }
+    ev_prepare_stop(loop, w);
+}
+
+void relay_want_kick(struct relay *r)
+{
+    r->kick_wanted = 1;
+    if (!ev_is_active(&r->kick_prepare))
+        ev_prepare_start(r->loop, &r->kick_prepare);
+}
+
+void relay_finish(struct relay *r, int code)
+{
+    r->exit_code = code;
+    r->mode = MODE_DONE;
+    ev_break(r->loop, EVBREAK_ALL);
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    relay_want_kick(w->data);
+}
+
+/* ---- PostgreSQL callbacks ------------------------------------------------------ */
+
+static void worker_ready(void *ctx)
+{
+    struct relay *r = ctx;
+    r->stmt = NULL;
+    r->schema_ok = 0;
+    relay_want_kick(r);
+}
+
+static void worker_lost(void *ctx, const char *why)
+{
+    struct relay *r = ctx;
+    r->stmt = NULL;
+    r->m.pg_reconnects_total++;
+    lease_lose_all(r, why); /* the session's advisory locks are gone with it */
+}
+
+static void listener_ready(void *ctx)
+{
+    struct relay *r = ctx;
+    /* LISTEN misses what happened while disconnected: poll once. */
+    r->poll.doorbell_armed = 0;
+    r->claim.wanted = 1;
+    relay_want_kick(r);
+}
+
+static void listener_notify(void *ctx, const PGnotify *n)
+{
+    struct relay *r = ctx;
+    (void)n;
+    r->m.doorbell_wakeups_total++;
+    r->poll.doorbell_armed = 0;
+    r->poll.idle_delay_ms = MIN_POLL_DELAY_MS;
+    r->claim.wanted = 1;
+    relay_want_kick(r);
+}
+
+/* ---- shutdown ------------------------------------------------------------------ */
+
+static void shutdown_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    log_warn("shutdown: timed out with %zu deliveries unacknowledged and %zu acknowledged rows "
+             "unmarked; they stay PENDING and will be published again",
+             r->win.n_state[ROW_PRODUCED], r->win.n_state[ROW_ACKED] + r->win.n_state[ROW_MARKING]);
+    relay_finish(r, 0);
+}
+
+void relay_shutdown(struct relay *r)
+{
+    r->shutdown_requests++;
+    if (r->shutdown_requests > 1) {
+        log_warn("shutdown: second signal, exiting at once");
+        _exit(1);
+    }
+    if (r->mode == MODE_DONE)
+        return;
+    log_info("shutdown: stop claiming; waiting up to %d ms for %zu in-flight deliveries",
+             r->cfg->shutdown_timeout_ms, r->win.n_state[ROW_PRODUCED]);
+    claim_release(r);
+    window_remove_state(&r->win, ROW_FAILED);
+    r->mode = MODE_DRAINING;
+    ev_timer_stop(r->loop, &r->poll.timer);
+    ev_timer_stop(r->loop, &r->reset.timer);
+    ev_timer_set(&r->shutdown_timer, r->cfg->shutdown_timeout_ms / 1000.0, 0.0);
+    ev_timer_start(r->loop, &r->shutdown_timer);
+    relay_want_kick(r);
+}
+
+/* ---- life cycle ---------------------------------------------------------------- */
+
+struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen)
+{
+    struct relay *r = xcalloc(1, sizeof(*r));
+    r->loop = loop;
+    r->cfg = cfg;
+    r->mode = MODE_RUNNING;
+    metrics_init(&r->m);
+    outbox_sql_init(&r->sql, cfg);
+    poll_init(r);
+    reset_init(r);
+    lease_init(r);
+    status_init(r);
+    ev_init(&r->retry_timer, retry_cb);
+    r->retry_timer.data = r;
+    ev_init(&r->shutdown_timer, shutdown_timeout_cb);
+    r->shutdown_timer.data = r;
+    ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
+    r->kick_prepare.data = r;
+
+    r->sink = sink_new(loop, cfg, &produce_sink_callbacks, r, err, errlen);
+    if (!r->sink) {
+        relay_free(r);
+        return NULL;
+    }
+    if (cfg->http_addr[0]) {
+        r->http = http_new(cfg->http_addr, err, errlen);
+        if (!r->http) {
+            relay_free(r);
+            return NULL;
+        }
+    }
+    static const struct pgconn_callbacks worker_cb = {worker_ready, worker_lost, NULL};
+    r->worker = pgconn_new(loop, "worker", cfg->pg_dsn, r->sql.worker_setup, cfg->reconnect_max_ms,
+                           &worker_cb, r);
+    if (r->sql.listen_setup) {
+        static const struct pgconn_callbacks listen_cb = {listener_ready, NULL, listener_notify};
+        r->listener = pgconn_new(loop, "listen", cfg->pg_dsn, r->sql.listen_setup,
+                                 cfg->reconnect_max_ms, &listen_cb, r);
+    }
+    r->monitor = monitor_new(loop, cfg, &r->sql, &r->m);
+
+#ifdef OUTBOX_TEST_HOOKS
+    const char *hook = getenv("OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER");
+    r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
+    r->test_fatal_after = hook ? atoll(hook) : 0;
+#endif
+    return r;
+}
+
+void relay_start(struct relay *r)
+{
+    log_info("relay %s: table %s, topic template %s, batch %d, max in flight %d, poll interval "
+             "%d ms, notify channel %s, retention %s", r->cfg->relay_name, r->cfg->table,
+             r->cfg->topic_template, r->cfg->batch_size, r->cfg->max_inflight,
+             r->cfg->poll_interval_ms,
+             r->cfg->notify_channel[0] ? r->cfg->notify_channel : "(none)", r->cfg->retention);
+    pgconn_start(r->worker);
+    if (r->listener)
+        pgconn_start(r->listener);
+    monitor_start(r->monitor);
+    status_start(r);
+    ev_timer_start(r->loop, &r->lease.timer);
+}
+
+void relay_free(struct relay *r)
+{
+    if (!r)
+        return;
+    ev_timer_stop(r->loop, &r->poll.timer);
+    ev_timer_stop(r->loop, &r->retry_timer);
+    ev_timer_stop(r->loop, &r->reset.timer);
+    ev_timer_stop(r->loop, &r->shutdown_timer);
+    ev_timer_stop(r->loop, &r->lease.timer);
+    status_stop(r);
+    ev_prepare_stop(r->loop, &r->kick_prepare);
+    http_free(r->http);
+    sink_free(r->sink);
+    monitor_free(r->monitor);
+    pgconn_free(r->worker);
+    pgconn_free(r->listener);
+    if (r->sql.claim) /* relay_new may fail before any of these exist */
+        claim_release(r);
+    poison_destroy(r);
+    free(r->lease.events);
+    window_destroy(&r->win);
+    outbox_sql_destroy(&r->sql);
+    free(r);
+}
+
+int relay_exit_code(const struct relay *r)
+{
+    return r->exit_code;
+}
+
+const struct metrics *relay_metrics(const struct relay *r)
+{
+    return &r->m;
+}

@@ -1,0 +1,215 @@
+/* Private to lib/relay/: struct relay, made of one part per concern, and what the files
+ * of the folder call across. The public interface is lib/relay.h.
+ *
+ * Three rules keep the files from calling back and forth:
+ * - only relay.c's kick decides the next statement; a concern that wants work done asks
+ *   for it with relay_want_kick (it runs before the loop next waits);
+ * - starting a reset only changes the mode: producing stops by itself when the mode is no
+ *   longer RUNNING, and the reset releases the claim when it advances;
+ * - every worker statement goes through worker_send, whose completion records contact,
+ *   reports failures and asks for a kick. */
+#ifndef OUTBOX_RELAY_INT_H
+#define OUTBOX_RELAY_INT_H
+
+#include <ev.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "backoff.h"
+#include "config.h"
+#include "http.h"
+#include "lease.h"
+#include "message.h"
+#include "metrics.h"
+#include "monitor.h"
+#include "outbox.h"
+#include "pause.h"
+#include "pgconn.h"
+#include "relay.h"
+#include "sink.h"
+#include "window.h"
+
+#define MIN_POLL_DELAY_MS 5
+
+enum relay_mode { MODE_RUNNING, MODE_RESETTING, MODE_DRAINING, MODE_DONE };
+
+/* claim.c: the last claim's rows not yet produced (backpressure), keys held back in it,
+ * and the cadence of claims and marks. */
+struct claim_state {
+    PGresult *res;
+    int next;            /* next row of res to produce */
+    char **blocked_keys; /* keys with a row parked in this claim (poison policy block) */
+    size_t n_blocked_keys;
+    int quota;           /* rows per partition in the claim in flight */
+    int wanted;
+    int last_was_mark;   /* the previous worker statement was a mark */
+};
+
+/* claim.c: the adaptive poll and the conditional doorbell. */
+struct poll_state {
+    int idle_delay_ms;
+    int arm_wanted;
+    int doorbell_armed;
+    ev_timer timer;
+};
+
+/* reset.c: after a failed delivery or a fatal producer error. */
+struct reset_state {
+    int fatal_pending;      /* the producer must be recreated */
+    char last_failure[256];
+    struct backoff backoff;
+    ev_timer timer;
+    int waiting;            /* settled; the timer resumes claims */
+    /* After a row-level error in a batch, rows are published one at a time until past
+     * this id, so the guilty row fails alone (and only then is counted). */
+    int64_t isolate_until_id;
+};
+
+/* poison.c: a row to write back, parked (FAILED) or one failed-alone attempt counted. */
+struct row_update {
+    int64_t id;
+    char *reason;
+    int count_attempt; /* 1: attempts+1, parks at OUTBOX_MAX_ATTEMPTS; 0: park now */
+};
+
+struct poison_state {
+    struct row_update *updates; /* written before the next claim */
+    size_t n_updates;
+};
+
+/* lease.c */
+struct lease_event {
+    int partition;
+    const char *event;
+    int64_t at, publish_from, publish_until; /* wall clock ms; 0 = NULL */
+};
+
+struct lease_set {
+    struct lease part[OUTBOX_LEASE_PARTITIONS];
+    struct lease_event *events; /* lease log rows not yet written */
+    size_t n_events;
+    size_t events_sent;         /* how many the statement in flight writes */
+    int due;                    /* time to scan and rebalance */
+    int relays;                 /* live relays at the last scan */
+    int64_t last_contact_ms;    /* monotonic send time of the last statement that succeeded */
+    int64_t grace_ms, deadline_ms;
+    char incarnation[256];      /* relay name/pid: this process in the lease log */
+    ev_timer timer;
+};
+
+/* status.c */
+struct report_state {
+    ev_timer log_timer;
+    uint64_t marked_logged;
+    ev_timer publish_timer;
+    int64_t last_progress_ms;
+    uint64_t last_progress_marked;
+    const char *stall_logged;
+};
+
+/* worker.c: one worker statement, described once beside its sender. on_ok gets the
+ * successful result: borrowed (cleared afterwards), or, with keeps_result, on_ok takes
+ * ownership of it. on_fail (may be NULL) runs after a failed one has been reported, with
+ * res NULL when the connection was lost (borrowed). */
+struct worker_stmt {
+    const char *what; /* for logs: "claim", "mark", ... */
+    void (*on_ok)(struct relay *r, PGresult *res);
+    void (*on_fail)(struct relay *r, PGresult *res);
+    int keeps_result;
+};
+
+struct relay {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct outbox_sql sql;
+    struct pgconn *worker;
+    struct pgconn *listener;
+    struct sink *sink;
+    struct monitor *monitor;
+    struct http *http;
+    struct metrics m;
+
+    enum relay_mode mode;
+    struct window win;
+    struct claim_state claim;
+    struct poll_state poll;
+    struct reset_state reset;
+    struct poison_state poison;
+    struct pauses paused;
+    struct lease_set lease;
+    struct report_state report;
+
+    const struct worker_stmt *stmt; /* the worker statement in flight, or NULL */
+    int64_t stmt_sent_ms;           /* monotonic */
+    int schema_ok;                  /* version checked on the current worker connection */
+    int schema_logged;
+    ev_timer retry_timer;           /* after a failed statement */
+
+    ev_timer shutdown_timer;
+    int shutdown_requests;
+    int exit_code;
+    ev_prepare kick_prepare;
+    int kick_wanted;
+
+#ifdef OUTBOX_TEST_HOOKS
+    long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
+    long long test_fatal_after;            /* raise a fatal producer error after this many acks */
+#endif
+};
+
+/* relay.c */
+void relay_want_kick(struct relay *r);
+void relay_finish(struct relay *r, int code);
+
+/* worker.c */
+int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
+                const char *const *params);
+int worker_busy(const struct relay *r);
+void worker_send_version(struct relay *r);
+
+/* claim.c */
+int claim_limit(const struct relay *r);
+int claim_quota(int limit, int nparts);
+int claim_ready(const struct relay *r);
+void claim_release(struct relay *r);
+void claim_send(struct relay *r);
+void mark_send(struct relay *r);
+void doorbell_send_arm(struct relay *r);
+void poll_after_claim(struct relay *r, int rows, int limit);
+void poll_init(struct relay *r);
+
+/* produce.c */
+enum failure_reason produce_classify(rd_kafka_resp_err_t err);
+void produce_claimed(struct relay *r);
+extern const struct sink_callbacks produce_sink_callbacks;
+
+/* poison.c */
+void poison_queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt);
+void poison_judge_failures(struct relay *r);
+void poison_park_row(struct relay *r, struct inflight_row *slot, const struct outbox_row *row,
+                     const char *reason);
+int poison_key_blocked(const struct relay *r, const char *key);
+void poison_send_update(struct relay *r);
+void poison_destroy(struct relay *r);
+
+/* reset.c */
+void reset_start(struct relay *r, const char *reason);
+void reset_advance(struct relay *r);
+void reset_pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t err);
+void reset_init(struct relay *r);
+int reset_send_note_failed(struct relay *r);
+
+/* lease.c */
+void lease_init(struct relay *r);
+void lease_lose_all(struct relay *r, const char *why);
+int lease_send_next(struct relay *r); /* 1 if a lease statement was sent */
+int lease_active_literal(struct relay *r, struct strbuf *out);
+void lease_drain_all(struct relay *r);
+int lease_all_released(const struct relay *r);
+
+/* status.c */
+void status_init(struct relay *r);
+void status_start(struct relay *r);
+void status_stop(struct relay *r);
+
+#endif

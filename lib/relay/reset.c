@@ -1,0 +1,121 @@
+/* Resets: after a failed delivery or a fatal producer error the relay stops producing,
+ * lets every in-flight delivery report, records the failed rows (they stay PENDING), backs
+ * off and claims again from the lowest pending row, so that no key's later row overtakes a
+ * failed one. Paused topics are the part of a reset that outlives it. */
+#include "log.h"
+#include "relay_int.h"
+
+/* Only changes the mode: producing stops by itself, and reset_advance does the rest. */
+void reset_start(struct relay *r, const char *reason)
+{
+    snprintf(r->reset.last_failure, sizeof(r->reset.last_failure), "%s", reason);
+    if (r->mode != MODE_RUNNING)
+        return;
+    r->mode = MODE_RESETTING;
+    r->m.resets_total++;
+    log_warn("relay: %s; pausing claims until in-flight deliveries settle, then claiming again "
+             "from the lowest pending row", reason);
+}
+
+void reset_pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t err)
+{
+    switch (pauses_add(&r->paused, topic, mono_ms() + r->cfg->topic_pause_ms)) {
+    case PAUSE_NEW:
+        log_warn("relay: topic %s paused for %d ms: %s (its rows stay PENDING; other topics flow)",
+                 topic, r->cfg->topic_pause_ms, rd_kafka_err2str(err));
+        break;
+    case PAUSE_FULL:
+        log_warn("relay: more than %d paused topics; not pausing %s", PAUSE_MAX, topic);
+        break;
+    case PAUSE_EXTENDED:
+        break;
+    }
+}
+
+static void reset_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    r->reset.waiting = 0;
+    if (r->mode == MODE_RESETTING) {
+        r->mode = MODE_RUNNING;
+        r->claim.wanted = 1;
+        log_info("relay: resuming claims%s", r->reset.isolate_until_id ? " one row at a time" : "");
+    }
+    relay_want_kick(r);
+}
+
+void reset_init(struct relay *r)
+{
+    backoff_init(&r->reset.backoff, 200, 10000);
+    ev_init(&r->reset.timer, reset_timer_cb);
+    r->reset.timer.data = r;
+}
+
+/* Moves a reset forward (from kick, while RESETTING): give back the claim, recreate a fatal
+ * producer, wait for reports and marks, then back off and resume. Failed rows are recorded
+ * by reset_send_note_failed, which kick sends once nothing is in the producer. */
+void reset_advance(struct relay *r)
+{
+    claim_release(r);
+    ev_timer_stop(r->loop, &r->poll.timer);
+    if (r->reset.fatal_pending) {
+        char err[512];
+        r->reset.fatal_pending = 0;
+        if (sink_recreate(r->sink, err, sizeof(err)) != 0) {
+            log_error("relay: %s", err);
+            r->reset.fatal_pending = 1;
+        } else {
+            r->m.producer_recreated_total++;
+        }
+        /* Reports the old producer never gave: those rows were not acknowledged. */
+        for (size_t i = 0; i < r->win.n; i++)
+            if (r->win.rows[i].state == ROW_PRODUCED) {
+                r->win.rows[i].fail = FAILURE_PRODUCER;
+                r->win.rows[i].maybe_persisted = 1; /* no report: unknown, count it */
+                window_set_state(&r->win, &r->win.rows[i], ROW_FAILED);
+            }
+    }
+    if (window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING) |
+                                  ROW_MASK(ROW_FAILED) | ROW_MASK(ROW_PARKING)) ||
+        r->poison.n_updates || r->reset.waiting)
+        return;
+    int delay = backoff_next(&r->reset.backoff);
+    r->reset.waiting = 1;
+    ev_timer_set(&r->reset.timer, delay / 1000.0, 0.0);
+    ev_timer_start(r->loop, &r->reset.timer);
+    log_info("relay: in-flight deliveries settled; claiming again in %d ms", delay);
+}
+
+static void note_failed_ok(struct relay *r, PGresult *res)
+{
+    (void)res;
+    size_t n = window_remove_state(&r->win, ROW_FAILED);
+    log_info("relay: %zu rows whose delivery failed stay PENDING (last_error recorded)", n);
+}
+
+static const struct worker_stmt note_failed_stmt = {
+    .what = "recording failed deliveries", .on_ok = note_failed_ok};
+
+/* Judges the failed rows, then records last_error on those that stay PENDING. Returns 0 if
+ * a statement was sent. */
+int reset_send_note_failed(struct relay *r)
+{
+    poison_judge_failures(r);
+    if (!r->win.n_state[ROW_FAILED]) {
+        relay_want_kick(r); /* parks and counted attempts are written next */
+        return -1;
+    }
+    /* librdkafka says whether a failed message may have been written anyway */
+    for (size_t i = 0; i < r->win.n; i++)
+        if (r->win.rows[i].state == ROW_FAILED && r->win.rows[i].maybe_persisted)
+            r->m.possible_duplicates_total++;
+    struct strbuf ids;
+    strbuf_init(&ids);
+    window_ids_literal(&r->win, ROW_MASK(ROW_FAILED), 0, &ids);
+    const char *params[2] = {ids.buf, r->reset.last_failure};
+    int rc = worker_send(r, &note_failed_stmt, r->sql.note_failed, 2, params);
+    strbuf_destroy(&ids);
+    return rc;
+}

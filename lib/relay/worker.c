@@ -1,0 +1,92 @@
+/* The worker connection's statements: one sender for all of them (worker_send), one
+ * completion that records contact with PostgreSQL (the lease deadline counts from it),
+ * reports failures and asks the loop for the next step; and the schema version check. */
+#include <string.h>
+
+#include "log.h"
+#include "relay_int.h"
+#include "schema.h"
+
+int worker_busy(const struct relay *r)
+{
+    return r->stmt != NULL;
+}
+
+/* A statement failed: log it; reconnect when the server is shutting down, else retry after
+ * a short delay. (A read-only server is pgconn's: it reconnects and res is NULL.) */
+static void statement_failed(struct relay *r, const char *what, PGresult *res)
+{
+    if (!res)
+        return; /* connection lost: the reconnect path takes over */
+    char line[512];
+    pgconn_error_line(res, line, sizeof(line));
+    const char *state = pgconn_sqlstate(res);
+    log_warn("pg worker: %s failed (%s): %s", what, state, line);
+    if (strncmp(state, "57P", 3) == 0)
+        pgconn_reset(r->worker, "server is shutting down");
+    else if (!ev_is_active(&r->retry_timer)) {
+        ev_timer_set(&r->retry_timer, 0.5, 0.0);
+        ev_timer_start(r->loop, &r->retry_timer);
+    }
+}
+
+static void worker_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    const struct worker_stmt *stmt = r->stmt;
+    r->stmt = NULL;
+    if (res) /* the session (and its advisory locks) was alive when the statement was sent */
+        r->lease.last_contact_ms = r->stmt_sent_ms;
+    if (pgconn_result_ok(res)) {
+        stmt->on_ok(r, res);
+        if (!stmt->keeps_result)
+            PQclear(res);
+    } else {
+        statement_failed(r, stmt->what, res);
+        if (stmt->on_fail)
+            stmt->on_fail(r, res);
+        PQclear(res);
+    }
+    relay_want_kick(r);
+}
+
+int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
+                const char *const *params)
+{
+    if (pgconn_query(r->worker, sql, nparams, params, worker_done, r) != 0)
+        return -1;
+    r->stmt = stmt;
+    r->stmt_sent_ms = mono_ms();
+    return 0;
+}
+
+/* ---- schema version check, once per worker connection --------------------- */
+
+static void version_result(struct relay *r, PGresult *res)
+{
+    char err[512];
+    switch (schema_check_result(res, r->cfg->table, err, sizeof(err))) {
+    case SCHEMA_OK:
+        if (!r->schema_logged)
+            log_info("schema: %s at version %d", r->cfg->table, schema_version());
+        r->schema_logged = 1;
+        r->schema_ok = 1;
+        r->claim.wanted = 1;
+        break;
+    case SCHEMA_UNUSABLE:
+        log_error("schema: %s", err);
+        relay_finish(r, 1);
+        break;
+    case SCHEMA_RETRY:
+        break; /* reported as a failed statement; retried after a delay */
+    }
+}
+
+static const struct worker_stmt version_stmt = {
+    .what = "schema version check", .on_ok = version_result, .on_fail = version_result};
+
+void worker_send_version(struct relay *r)
+{
+    const char *params[1] = {r->cfg->table};
+    worker_send(r, &version_stmt, r->sql.version, 1, params);
+}

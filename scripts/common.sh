@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What the demo, the benchmarks and the chaos run share: installing what they need,
+# building, throwaway servers, a database with the outbox table, writer SQL and backlogs,
+# and reading one metric. Source it from the repository's top folder.
+#   common_setup [BUILD_DIR [BUILDTYPE]]  packages, Kafka jars and a build (default: build, release)
+#   common_servers_start / common_servers_stop
+#                                         PostgreSQL 15 and Kafka (see scripts/servers.sh)
+#   common_db NAME                        creates database NAME; prints its DSN
+#   common_backlog DSN ROWS KEYS [BYTES]  inserts ROWS pending events over KEYS keys
+#   common_writer_sql DSN FILE KEYS [BYTES]
+#                                         a pgbench script: one event per transaction,
+#                                         following the writer rule (lock the aggregate row)
+#   metric_at URL NAME                    the value of the last sample NAME at URL (0 if none)
+_common_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$_common_here/servers.sh"
+COMMON_PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+
+common_setup() {
+    local build=${1:-build} type=${2:-release}
+    bash "$_common_here/deps.sh"
+    bash "$_common_here/../test/env/kafka.sh" fetch
+    [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype="$type" >/dev/null
+    ninja -C "$build" >/dev/null
+}
+
+common_servers_start() { servers_start; }
+common_servers_stop() { servers_stop; }
+
+common_db() {
+    "$COMMON_PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
+        -c "CREATE DATABASE $1" >&2
+    echo "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$1"
+}
+
+common_backlog() {
+    local dsn=$1 rows=$2 keys=$3 bytes=${4:-1000}
+    "$COMMON_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$dsn" -c \
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', 'k' || (g % $keys), 'Created',
+                jsonb_build_object('n', g, 'pad', repeat('x', greatest($bytes - 30, 0)))
+         FROM generate_series(1, $rows) g" -c "VACUUM ANALYZE outbox"
+}
+
+common_writer_sql() {
+    local dsn=$1 file=$2 keys=$3 bytes=${4:-1000}
+    "$COMMON_PG_BIN/psql" -X -q "$dsn" -c "CREATE TABLE IF NOT EXISTS aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
+        INSERT INTO aggregate SELECT g FROM generate_series(1, $keys) g ON CONFLICT DO NOTHING" >/dev/null
+    cat >"$file" <<SQL
+\set k random(1, $keys)
+BEGIN;
+UPDATE aggregate SET version = version + 1 WHERE id = :k;
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('order', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', $((bytes > 30 ? bytes - 30 : 0)))));
+COMMIT;
+SQL
+}
+
+metric_at() {
+    # awk reads all input: an early exit would make curl fail with a write error
+    curl -sf "$1" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'
+}

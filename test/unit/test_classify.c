@@ -1,0 +1,28 @@
+/* Unit tests: Kafka errors classified as the row's, the topic's, the producer's or
+ * transient, and the claim's per-partition quota. */
+#include "relay/relay_int.h"
+#include "tap.h"
+
+int main(void)
+{
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE), FAILURE_ROW, "too large: the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_INVALID_RECORD), FAILURE_ROW, "invalid record: the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_INVALID_MSG), FAILURE_ROW, "corrupt message: the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), FAILURE_TOPIC, "ACL: the topic's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), FAILURE_TOPIC, "unknown topic (broker)");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC), FAILURE_TOPIC, "unknown topic (client)");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_POLICY_VIOLATION), FAILURE_TOPIC, "policy: the topic's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR__PURGE_QUEUE), FAILURE_PRODUCER, "purged: not the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR__FATAL), FAILURE_PRODUCER, "fatal: the producer's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT), FAILURE_TRANSIENT, "timed out: transient");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS), FAILURE_TRANSIENT, "ISR short: transient");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR__TRANSPORT), FAILURE_TRANSIENT, "transport: transient");
+
+    is_int(claim_quota(1000, 64), 32, "64 partitions, batch 1000: twice the fair share (16)");
+    is_int(claim_quota(1000, 1), 2000, "one partition: the whole batch fits");
+    is_int(claim_quota(1000, 200), 16, "never below 16 rows");
+    is_int(claim_quota(1, 64), 1, "isolating one row: the limit is 1");
+    is_int(claim_quota(10, 64), 10, "a batch under 16: the batch");
+    is_int(claim_quota(1000, 0), 2000, "no partition count: as one");
+    return done();
+}

@@ -1,0 +1,72 @@
+/* Unit tests: lease partition rules (balance target, scan parsing, which partitions to
+ * acquire and to hand back, grace periods, clean takeovers). */
+#include "relay/lease.h"
+#include "tap.h"
+
+static void set_all(struct lease *l, enum lease_state s)
+{
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        l[p] = (struct lease){s, 0};
+}
+
+int main(void)
+{
+    is_int(lease_balance_target(1), 64, "one relay holds all 64");
+    is_int(lease_balance_target(0), 64, "no count (scan failed): as one relay");
+    is_int(lease_balance_target(2), 32, "two: 32 each");
+    is_int(lease_balance_target(3), 22, "three: 22 each (a ceiling: 66 >= 64 covers every partition)");
+    ok(lease_balance_target(5) * 5 >= 64 && lease_balance_target(7) * 7 >= 64, "targets cover all partitions");
+    is_int(lease_balance_target(100), 1, "more relays than partitions: one each");
+
+    int locked[OUTBOX_LEASE_PARTITIONS];
+    is_int(lease_parse_locked("{3,17,63}", locked), 3, "three locked");
+    ok(locked[3] && locked[17] && locked[63] && !locked[0] && !locked[4], "the right ones");
+    is_int(lease_parse_locked("{}", locked), 0, "none");
+    is_int(lease_parse_locked("{5,64,-1,5,1000}", locked), 1, "out of range and repeats ignored");
+    ok(locked[5], "5 locked");
+    is_int(lease_parse_locked("", locked), 0, "empty text");
+
+    struct lease l[OUTBOX_LEASE_PARTITIONS];
+    set_all(l, LEASE_FREE);
+    l[0].state = LEASE_ACTIVE;
+    l[1].state = LEASE_GRACE;
+    l[2].state = LEASE_DRAINING;
+    is_int(lease_count_held(l), 2, "ACTIVE and GRACE count as held, DRAINING does not");
+
+    lease_parse_locked("{3,4}", locked);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    is_int(lease_pick_acquire(l, locked, 3, &sb), 3, "three to acquire");
+    is_str(sb.buf, "{5,6,7}", "lowest free partitions nobody locks (0-2 ours, 3-4 locked)");
+    strbuf_reset(&sb);
+    lease_parse_locked("{}", locked);
+    is_int(lease_pick_acquire(l, locked, 100, &sb), 61, "at most every free partition");
+
+    set_all(l, LEASE_ACTIVE);
+    l[63].state = LEASE_GRACE;
+    l[62].state = LEASE_DRAINING;
+    is_int(lease_pick_handback(l, 3), 3, "hand back three");
+    ok(l[63].state == LEASE_DRAINING && l[61].state == LEASE_DRAINING && l[60].state == LEASE_DRAINING &&
+       l[59].state == LEASE_ACTIVE, "the highest held ones (62 was already draining)");
+    is_int(lease_count_held(l), 60, "60 held");
+
+    set_all(l, LEASE_FREE);
+    l[1] = (struct lease){LEASE_GRACE, 500};
+    l[2] = (struct lease){LEASE_ACTIVE, 0};
+    l[3] = (struct lease){LEASE_DRAINING, 0};
+    strbuf_reset(&sb);
+    is_int(lease_activate(l, 499, &sb), 1, "in grace until its time");
+    is_str(sb.buf, "{2}", "only the active one is claimed");
+    strbuf_reset(&sb);
+    is_int(lease_activate(l, 500, &sb), 2, "grace over at 500");
+    is_str(sb.buf, "{1,2}", "draining partitions are not claimed");
+    ok(l[1].state == LEASE_ACTIVE, "now ACTIVE");
+
+    ok(lease_takeover_clean(NULL, NULL, "me/1"), "never held: clean");
+    ok(lease_takeover_clean("released", "other/2", "me/1"), "released by its holder: clean");
+    ok(!lease_takeover_clean("acquired", "other/2", "me/1"), "held by another that may still publish: grace");
+    ok(!lease_takeover_clean("lost", "other/2", "me/1"), "lost by another: grace");
+    ok(lease_takeover_clean("lost", "me/1", "me/1"), "lost by this very process: clean");
+    strbuf_destroy(&sb);
+    return done();
+}

@@ -1,0 +1,49 @@
+/* Unit tests: paused topics (add, extend, expire at the deadline, capacity, literal). */
+#include <stdio.h>
+
+#include "relay/pause.h"
+#include "tap.h"
+
+static int resumed_count;
+static void resumed(const char *topic)
+{
+    (void)topic;
+    resumed_count++;
+}
+
+int main(void)
+{
+    struct pauses p = {0};
+    is_int(pauses_add(&p, "orders", 1000), PAUSE_NEW, "first pause");
+    is_int(pauses_add(&p, "pay\"ments", 2000), PAUSE_NEW, "second topic");
+    is_int(pauses_add(&p, "orders", 3000), PAUSE_EXTENDED, "pausing again extends");
+    is_int(p.n, 2, "two paused");
+    ok(pauses_has(&p, "orders") && !pauses_has(&p, "other"), "lookup");
+    struct strbuf sb;
+    strbuf_init(&sb);
+    pauses_literal(&p, &sb);
+    is_str(sb.buf, "{\"orders\",\"pay\\\"ments\"}", "text[] literal, quoted and escaped");
+
+    pauses_expire(&p, 1999, resumed);
+    is_int(p.n, 2, "nothing expires before its deadline");
+    pauses_expire(&p, 2000, resumed);
+    is_int(p.n, 1, "the 2000 ms pause ends at 2000");
+    ok(pauses_has(&p, "orders"), "orders was extended to 3000, still paused");
+    is_int(resumed_count, 1, "one resume reported");
+    pauses_expire(&p, 5000, NULL);
+    is_int(p.n, 0, "all resumed");
+
+    char name[32];
+    for (int i = 0; i < PAUSE_MAX; i++) {
+        snprintf(name, sizeof(name), "t%d", i);
+        pauses_add(&p, name, 100);
+    }
+    is_int(pauses_add(&p, "one-too-many", 100), PAUSE_FULL, "capacity reported");
+    is_int(pauses_add(&p, "t3", 200), PAUSE_EXTENDED, "a paused topic can still be extended when full");
+    strbuf_reset(&sb);
+    pauses_expire(&p, 150, NULL);
+    is_int(p.n, 1, "only the extended one remains");
+    ok(pauses_has(&p, "t3"), "it is t3");
+    strbuf_destroy(&sb);
+    return done();
+}
