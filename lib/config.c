@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dsn.h"
 enum setting_type { SETTING_STRING, SETTING_INT };
 
 struct setting {
@@ -46,16 +47,12 @@ static int check_dsn(const char *v, char *err, size_t errlen)
     char *perr = NULL;
     PQconninfoOption *opts = PQconninfoParse(v, &perr);
     if (!opts) {
-        /* libpq's message names the bad part, never the password's value. */
-        int rc = set_err(err, errlen, "not a valid libpq conninfo or URI: %s",
-                         perr ? perr : "out of memory");
-        if (perr) {
-            size_t n = strlen(err);
-            while (n && (err[n - 1] == '\n' || err[n - 1] == ' '))
-                err[--n] = '\0';
-        }
+        /* libpq's message quotes the bad part, which may hold the password */
+        char line[512];
+        dsn_redact(v, perr ? perr : "out of memory", line, sizeof(line));
+        line[strcspn(line, "\n")] = '\0';
         PQfreemem(perr);
-        return rc;
+        return set_err(err, errlen, "not a valid libpq conninfo or URI: %s", line);
     }
     PQconninfoFree(opts);
     return 0;

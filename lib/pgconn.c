@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "dsn.h"
 #include "log.h"
 #include "util.h"
 
@@ -223,8 +224,9 @@ static void lost(struct pgconn *pg, const char *why)
 
 static void conn_error(struct pgconn *pg)
 {
-    char why[512];
-    pgconn_conn_error_line(pg->conn, why, sizeof(why));
+    char line[512], why[512];
+    pgconn_conn_error_line(pg->conn, line, sizeof(line));
+    dsn_redact(pg->dsn, line, why, sizeof(why));
     lost(pg, why[0] ? why : "connection failed");
 }
 

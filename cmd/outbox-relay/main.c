@@ -10,6 +10,7 @@
 
 #include "admin.h"
 #include "config.h"
+#include "dsn.h"
 #include "log.h"
 #include "pgconn.h"
 #include "relay.h"
@@ -68,9 +69,10 @@ static PGconn *connect_blocking(const struct config *cfg)
     const char *vals[] = {"outbox-relay", "10", cfg->pg_dsn, "read-write", NULL};
     PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(conn) != CONNECTION_OK) {
-        char line[512];
+        char line[512], safe[512];
         pgconn_conn_error_line(conn, line, sizeof(line));
-        log_error("postgres: cannot connect: %s", line);
+        dsn_redact(cfg->pg_dsn, line, safe, sizeof(safe));
+        log_error("postgres: cannot connect: %s", safe);
         PQfinish(conn);
         return NULL;
     }

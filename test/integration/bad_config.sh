@@ -46,6 +46,43 @@ for c in "${cases[@]}"; do
 done
 log "$n invalid settings rejected with exit 2 and a message naming the setting"
 
+# A bad DSN never prints its password: malformed ones (exit 2), from the environment and
+# through OUTBOX_PG_DSN_FILE.
+secret=hunter2XYZ
+secret_dsns=(
+    "postgresql+psycopg://app:$secret@db/app"
+    "postgresql://app:hun%zz$secret@db/app"
+    "postgresql://app:$secret@[::1/app"
+    "postgresql://app:$secret@db/app?nosuchoption=1"
+    "postgresql://app@db/app?password=$secret%zz"
+    "host=db password=$secret port"
+    "host=db password='$secret"
+    "host=db password = $secret nosuch=1"
+    "host=db sslpassword=$secret port"
+    "postgres://:$secret@db/app?port=x&y"
+)
+for d in "${secret_dsns[@]}"; do
+    out=$(env OUTBOX_PG_DSN="$d" "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
+    [ "$rc" = 2 ] && grep -q OUTBOX_PG_DSN <<<"$out" || fail "malformed DSN not refused naming OUTBOX_PG_DSN: $out"
+    ! grep -q "$secret" <<<"$out" || fail "the password is printed: $out"
+    printf '%s\n' "$d" >"$WORK/dsn"
+    out=$(env OUTBOX_PG_DSN_FILE="$WORK/dsn" "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
+    [ "$rc" = 2 ] || fail "malformed DSN file not refused: $out"
+    ! grep -q "$secret" <<<"$out" || fail "the password read through OUTBOX_PG_DSN_FILE is printed: $out"
+done
+log "${#secret_dsns[@]} malformed DSNs with a password refused without printing it (environment and _FILE)"
+# A well-formed DSN with a password and an unreachable server: the relay runs and retries;
+# its log and /status never show the password.
+RELAY_ENV=(OUTBOX_PG_DSN="postgresql://app:$secret@127.0.0.1:1/app?connect_timeout=2")
+start_relay wrongpw >/dev/null
+wait_until 20 "/status answering" curl -sf "http://127.0.0.1:$(http_port wrongpw)/status" -o "$WORK/status.json"
+sleep 2
+stop_relay wrongpw || true
+RELAY_ENV=()
+grep -q "pg worker: connection lost" "$WORK/relay-wrongpw.log" || fail "no connection error logged"
+! grep -q "$secret" "$WORK/relay-wrongpw.log" "$WORK/status.json" || fail "the password appears in the log or /status"
+log "an unreachable server: connection errors logged, the password in neither the log nor /status"
+
 out=$(env OUTBOX_PG_DSN="host=127.0.0.1 port=1 connect_timeout=2" OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1 \
     "$RELAYTEST_RELAY_BIN" --check-config 2>&1) && rc=0 || rc=$?
 [ "$rc" = 1 ] || fail "--check-config with unreachable hosts: expected exit 1, got $rc"

@@ -124,6 +124,17 @@ static void test_invalid(void)
         {NULL, "--batch-size", NULL, "--batch-size"},
         {NULL, "frobnicate", NULL, "frobnicate"},
         {"OUTBOX_BATCH_SIZE=5000", "--max-inflight", "100", "OUTBOX_MAX_INFLIGHT"},
+        /* malformed DSNs that carry a password: the error names the setting, never the secret */
+        {"OUTBOX_PG_DSN=postgresql+psycopg://app:s3cret@db/app", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgresql://app:hun%zzs3cret@db/app", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgresql://app:s3cret@[::1/app", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgresql://app:s3cret@db/app?nosuchoption=1", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgresql://app@db/app?password=s3cret%zz", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=host=db password=s3cret port", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=host=db password='s3cret", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=host=db password = s3cret nosuch=1", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=host=db sslpassword=s3cret port", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_PG_DSN=postgres://:s3cret@db/app?port=x&y", NULL, NULL, "OUTBOX_PG_DSN"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct bad_case *c = &cases[i];
