@@ -2,7 +2,14 @@
 #include "pause.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+void pauses_destroy(struct pauses *p)
+{
+    free(p->topic);
+    memset(p, 0, sizeof(*p));
+}
 
 enum pause_result pauses_add(struct pauses *p, const char *topic, int64_t until_ms)
 {
@@ -11,8 +18,10 @@ enum pause_result pauses_add(struct pauses *p, const char *topic, int64_t until_
             p->topic[i].until_ms = until_ms;
             return PAUSE_EXTENDED;
         }
-    if (p->n == PAUSE_MAX)
-        return PAUSE_FULL;
+    if (p->n == p->cap) {
+        p->cap = p->cap ? p->cap * 2 : 8;
+        p->topic = xrealloc(p->topic, p->cap * sizeof(*p->topic));
+    }
     snprintf(p->topic[p->n].name, sizeof(p->topic[0].name), "%s", topic);
     p->topic[p->n++].until_ms = until_ms;
     return PAUSE_NEW;

@@ -8,22 +8,21 @@
 
 #include "util.h"
 
-#define PAUSE_MAX 16
-
 struct paused_topic {
     char name[250];
     int64_t until_ms;
 };
 
-/* Embedded; zero-initialised. */
+/* Embedded; zero-initialised, then pauses_destroy. As many topics as fail. */
 struct pauses {
-    struct paused_topic topic[PAUSE_MAX];
-    size_t n;
+    struct paused_topic *topic;
+    size_t n, cap;
 };
 
-enum pause_result { PAUSE_NEW, PAUSE_EXTENDED, PAUSE_FULL };
+enum pause_result { PAUSE_NEW, PAUSE_EXTENDED };
 
-/* Pauses topic until until_ms (extends an existing pause). PAUSE_FULL: no room. */
+void pauses_destroy(struct pauses *p);
+/* Pauses topic until until_ms (extends an existing pause). */
 enum pause_result pauses_add(struct pauses *p, const char *topic, int64_t until_ms);
 /* Ends pauses whose deadline has passed by now; calls resumed (may be NULL) for each. */
 void pauses_expire(struct pauses *p, int64_t now_ms, void (*resumed)(const char *topic));

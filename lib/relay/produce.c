@@ -15,6 +15,7 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
     case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP: /* beyond the broker's timestamp bounds */
         return FAILURE_ROW;
     case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
@@ -22,6 +23,7 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
     case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE: /* the topic's compression.type */
         return FAILURE_TOPIC;
     case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
     case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:

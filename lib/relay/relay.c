@@ -262,6 +262,7 @@ void relay_free(struct relay *r)
     poison_destroy(r);
     free(r->lease.events);
     window_destroy(&r->win);
+    pauses_destroy(&r->paused);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

@@ -24,9 +24,6 @@ void reset_pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t e
         log_warn("relay: topic %s paused for %d ms: %s (its rows stay PENDING; other topics flow)",
                  topic, r->cfg->topic_pause_ms, rd_kafka_err2str(err));
         break;
-    case PAUSE_FULL:
-        log_warn("relay: more than %d paused topics; not pausing %s", PAUSE_MAX, topic);
-        break;
     case PAUSE_EXTENDED:
         break;
     }

@@ -163,7 +163,8 @@ check() {
 }
 
 # start_mock ARGS...: librdkafka's mock cluster (test/tools/mock_kafka) with ARGS; commands
-# go to it with `mock COMMAND...`; sets BOOTSTRAP to its brokers.
+# go to it with `mock COMMAND...`, which returns once the cluster has applied it (so a
+# slow command cannot delay the next ones unseen); sets BOOTSTRAP to its brokers.
 start_mock() {
     mkfifo "$WORK/mock.in"
     "$RELAYTEST_MOCK_BIN" "$@" <"$WORK/mock.in" >"$WORK/mock.out" 2>"$WORK/mock.err" &
@@ -171,7 +172,14 @@ start_mock() {
     wait_until 10 "mock cluster up" grep -q BOOTSTRAP "$WORK/mock.out"
     BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$WORK/mock.out")
 }
-mock() { echo "$*" >&7; }
+MOCK_SENT=0
+mock_applied() { [ "$(grep -c '^mock-kafka: done ' "$WORK/mock.err")" -ge "$MOCK_SENT" ]; }
+mock() {
+    echo "$*" >&7
+    [ "$1" = quit ] && return 0
+    MOCK_SENT=$((MOCK_SENT + 1))
+    wait_until 120 "mock cluster applied: $*" mock_applied
+}
 
 # kafka_stop / kafka_start, pg_stop / pg_kill / pg_start: the suite's shared servers.
 kafka_stop() { bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"; }

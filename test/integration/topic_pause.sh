@@ -12,7 +12,7 @@ for p in 0 1 2 3 4 5; do
     mock leader "$denied" $p 1
     mock leader "$fine" $p 2
 done
-mock broker_errors 1 100000 TOPIC_AUTHORIZATION_FAILED
+mock broker_errors 1 2000 TOPIC_AUTHORIZATION_FAILED
 RELAY_ENV=(OUTBOX_TOPIC_PAUSE_MS=4000)
 start_relay main >/dev/null
 writers 2 200 40 payment
@@ -34,7 +34,7 @@ check "$denied,$fine" || fail "loss or disorder around a paused topic"
 
 # The same with UNKNOWN_TOPIC_OR_PART (the topic's partitions vanish from broker 1).
 for p in 0 1 2 3 4 5; do mock leader "$denied" $p 1; done
-mock broker_errors 1 100000 UNKNOWN_TOPIC_OR_PART
+mock broker_errors 1 2000 UNKNOWN_TOPIC_OR_PART
 start_relay again >/dev/null
 writers 2 100 40 payment
 writers 2 100 40 order

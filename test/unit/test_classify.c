@@ -8,6 +8,10 @@ int main(void)
     is_int(produce_classify(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE), FAILURE_ROW, "too large: the row's");
     is_int(produce_classify(RD_KAFKA_RESP_ERR_INVALID_RECORD), FAILURE_ROW, "invalid record: the row's");
     is_int(produce_classify(RD_KAFKA_RESP_ERR_INVALID_MSG), FAILURE_ROW, "corrupt message: the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP), FAILURE_ROW,
+           "timestamp out of the broker's bounds: the row's");
+    is_int(produce_classify(RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE), FAILURE_TOPIC,
+           "compression the topic refuses: the topic's");
     is_int(produce_classify(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), FAILURE_TOPIC, "ACL: the topic's");
     is_int(produce_classify(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), FAILURE_TOPIC, "unknown topic (broker)");
     is_int(produce_classify(RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC), FAILURE_TOPIC, "unknown topic (client)");
