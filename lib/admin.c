@@ -126,14 +126,16 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   " s.claimed_high,"
                   " to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS last_claim_at,"
                   " (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'"
-                  "   AND l.classid = %d::oid AND l.objsubid = 2 AND l.granted) AS partitions"
+                  "   AND l.classid = %d::oid AND l.objid < %d AND l.objsubid = 2 AND l.granted)"
+                  "   AS partitions"
                   " FROM pg_stat_activity a LEFT JOIN %s.\"%s_relay_state\" s"
                   "  ON s.relay = substr(a.application_name, 14)"
-                  " WHERE a.application_name LIKE 'outbox-relay %%'"
-                  "  AND a.application_name NOT IN ('outbox-relay listen', 'outbox-relay monitor')"
-                  "  AND a.datname = current_database()"
-                  " ORDER BY 1",
-                  sql.lease_key, schema_q, name);
+                  " WHERE a.pid IN (SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory'"
+                  "  AND l.classid = %d::oid AND l.objid = %d AND l.objsubid = 2 AND l.granted"
+                  "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+                  " ORDER BY 1, 2",
+                  sql.lease_key, OUTBOX_LEASE_PARTITIONS, schema_q, name, sql.lease_key,
+                  OUTBOX_MEMBER_LOCK);
     if (!(relays = run(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
 

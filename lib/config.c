@@ -177,10 +177,15 @@ static int check_http_addr(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* It becomes part of application_name (63 bytes): "outbox-relay " and up to 50 more. */
 static int check_relay_name(const char *v, char *err, size_t errlen)
 {
-    if (strlen(v) > 200)
-        return set_err(err, errlen, "longer than 200 characters");
+    if (strlen(v) > 50)
+        return set_err(err, errlen, "expected at most 50 characters, got %zu", strlen(v));
+    for (const char *c = v; *c; c++)
+        if (*c < 0x21 || *c > 0x7e || *c == '\'' || *c == '\\')
+            return set_err(err, errlen, "expected printable ASCII without spaces, quotes or "
+                           "backslashes, got character 0x%02x", (unsigned char)*c);
     return 0;
 }
 
@@ -191,7 +196,7 @@ static const struct setting settings[] = {
      "libpq conninfo or URI; empty uses libpq's PG* variables. Prefer OUTBOX_PG_DSN_FILE or a "
      "passfile for secrets"},
     {"OUTBOX_TABLE", "table", SETTING_STRING, OFF(table), "public.outbox", 0, 0, config_check_table,
-     "outbox table, [schema.]name"},
+     "outbox table, [schema.]name (without a schema: public)"},
     {"OUTBOX_TOPIC_TEMPLATE", "topic-template", SETTING_STRING, OFF(topic_template),
      "outbox.event.{aggregate_type}", 0, 0, config_check_topic_template,
      "topic for rows whose topic column is NULL; placeholders {aggregate_type}, {event_type}"},
@@ -232,7 +237,7 @@ static const struct setting settings[] = {
      OFF(long_tx_seconds), "30", 1, 86400, NULL,
      "a transaction open longer than this is reported (log line and metric)"},
     {"OUTBOX_RELAY_NAME", "relay-name", SETTING_STRING, OFF(relay_name), "", 0, 0,
-     check_relay_name, "this relay's name in logs, application_name and outboxctl status; "
+     check_relay_name, "this relay's name (at most 50 printable ASCII characters) in logs, application_name and status; "
      "empty uses the host name"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      check_log_level, "debug, info, warn or error"},
@@ -553,7 +558,14 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
         char host[256] = "";
         gethostname(host, sizeof(host) - 1);
         free(cfg->relay_name);
+        host[50] = '\0'; /* the name's limit; host names are printable ASCII */
         cfg->relay_name = xstrdup(host[0] ? host : "outbox-relay");
+    }
+    if (!strchr(cfg->table, '.')) { /* "outbox" and "public.outbox" are one table */
+        char *full = xmalloc(strlen(cfg->table) + 8);
+        sprintf(full, "public.%s", cfg->table);
+        free(cfg->table);
+        cfg->table = full;
     }
     log_level_parse(cfg->log_level_name, &cfg->log_level);
     log_format_parse(cfg->log_format_name, &cfg->log_format);

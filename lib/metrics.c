@@ -130,8 +130,8 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
 
     head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
     static const char *const reasons[] = {"postgres_unreachable", "kafka_unreachable",
-                                          "topic_paused", "parked_key", "long_transaction",
-                                          "unknown"};
+                                          "lease_partitions_unowned", "topic_paused",
+                                          "parked_key", "long_transaction", "unknown"};
     for (size_t i = 0; i < ARRAY_LEN(reasons); i++)
         strbuf_printf(o, "outbox_stalled{reason=\"%s\"} %d\n", reasons[i],
                       m->stall_reason && strcmp(m->stall_reason, reasons[i]) == 0);
@@ -181,6 +181,14 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
             m->doorbell_wakeups_total);
     gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
+    head(o, "outbox_lease_partitions_unowned", "gauge",
+         "Lease partitions no relay of the table held at this relay's last scan (free, or "
+         "locked by another session); nobody publishes them meanwhile.");
+    strbuf_puts(o, "outbox_lease_partitions_unowned{table=\"");
+    label_value(o, m->table ? m->table : "");
+    strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
+    gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
+          (double)m->lease_relays);
     counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
             m->lease_rebalances_total);
     counter(o, "outbox_lease_takeovers_total",

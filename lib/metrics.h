@@ -53,6 +53,9 @@ struct metrics {
     uint64_t lease_takeovers_total;
     uint64_t lease_lost_total;
     int64_t lease_partitions_held;
+    int64_t lease_partitions_unowned; /* held by no relay of the table, at the last scan */
+    const char *table;                /* the outbox table (borrowed), a label of table-wide gauges */
+    int64_t lease_relays;             /* relays of the table, at the last scan */
     /* gauges */
     int64_t pending_rows;        /* exact below the count cap, else an upper bound */
     int pending_rows_exact;

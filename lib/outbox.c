@@ -170,18 +170,25 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   t, schema_q, name);
     sql->duplicates = sb.buf;
 
-    /* Leases: session advisory locks (key, partition) on the worker connection. */
-    uint32_t h = 2166136261u;
-    for (const char *c = cfg->table; *c; c++)
-        h = (h ^ (unsigned char)*c) * 16777619u;
-    sql->lease_key = (int)(h & 0x7fffffff);
-    sql->lease_scan = xstrdup(
-        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        "  AND application_name LIKE 'outbox-relay %'"
-        "  AND application_name NOT IN ('outbox-relay listen', 'outbox-relay monitor')),"
-        " array(SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid"
-        "  AND objsubid = 2 AND granted"
-        "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))::text");
+    /* Leases: session advisory locks (key, partition) on the worker connection, the key
+     * derived from the table's name with its schema ("outbox" is "public.outbox"). Every
+     * relay's worker session also holds the table's membership lock (key, MEMBER) in
+     * shared mode: the relays of this table are its holders, whatever their names. */
+    sql->lease_key = outbox_lease_key(cfg->table);
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+        "WITH l AS (SELECT objid::int AS p, pid FROM pg_locks WHERE locktype = 'advisory'"
+        "  AND classid = $1::int::oid AND objsubid = 2 AND granted"
+        "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),"
+        " m AS (SELECT pid FROM l WHERE p = %d)"
+        " SELECT (SELECT count(*) FROM m),"
+        "  array(SELECT p FROM l WHERE p < %d AND pid IN (SELECT pid FROM m))::text,"
+        "  array(SELECT p FROM l WHERE p < %d AND pid NOT IN (SELECT pid FROM m))::text,"
+        "  (SELECT string_agg(DISTINCT 'pid ' || l.pid || coalesce(' (' || nullif(a.application_name, '')"
+        "   || ')', ''), ', ') FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+        "   WHERE l.p < %d AND l.pid NOT IN (SELECT pid FROM m))",
+        OUTBOX_MEMBER_LOCK, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS);
+    sql->lease_scan = sb.buf;
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay"
@@ -212,20 +219,36 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
                   "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
                   "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
-                  "SET tcp_user_timeout = %d; SET application_name = 'outbox-relay ",
+                  "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
+                  "SET application_name = 'outbox-relay ",
                   cfg->statement_timeout_ms, cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
-                  cfg->lease_timeout_ms / 2);
-    for (const char *c = cfg->relay_name; *c && sb.len < 120; c++)
+                  cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK);
+    /* the name was validated: at most 50 printable ASCII characters; quotes are dropped */
+    for (const char *c = cfg->relay_name ? cfg->relay_name : ""; *c; c++)
         if (*c != '\'' && *c != '\\')
             strbuf_append(&sb, c, 1);
     strbuf_puts(&sb, "'");
     sql->worker_setup = sb.buf;
-    if (cfg->notify_channel[0]) {
+    if (cfg->notify_channel && cfg->notify_channel[0]) {
         strbuf_init(&sb);
         strbuf_printf(&sb, "SET application_name = 'outbox-relay listen'; LISTEN \"%s\"",
                       cfg->notify_channel);
         sql->listen_setup = sb.buf;
     }
+}
+
+int outbox_lease_key(const char *table)
+{
+    struct strbuf full;
+    strbuf_init(&full);
+    if (!strchr(table, '.'))
+        strbuf_puts(&full, "public.");
+    strbuf_puts(&full, table);
+    uint32_t h = 2166136261u;
+    for (const char *c = full.buf; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    strbuf_destroy(&full);
+    return (int)(h & 0x7fffffff);
 }
 
 void outbox_sql_destroy(struct outbox_sql *sql)

@@ -5,6 +5,8 @@
 
 /* Lease partitions of the table, fixed by schema/001 (lease_partition column). */
 #define OUTBOX_LEASE_PARTITIONS 64
+/* Second key of the table's membership lock, held shared by every relay's worker session. */
+#define OUTBOX_MEMBER_LOCK 1000
 
 #include "config.h"
 #include "util.h"
@@ -23,7 +25,8 @@ struct outbox_sql {
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
     char *duplicates;    /* rows a previous relay may have published: PENDING below its claim mark */
     char *topic_expr;    /* SQL expression of a row's topic (alias p) */
-    char *lease_scan;    /* $1 lock key: live relays, and partitions locked by anyone */
+    char *lease_scan;    /* $1 lock key: relays of the table, partitions they lock, partitions
+                            other sessions lock, and those sessions */
     char *lease_acquire; /* $1 lock key, $2 partitions: which were got, and their last log event */
     char *lease_release; /* $1 lock key, $2 partitions */
     char *lease_log;     /* $1 partitions, $2 relay, $3 events, $4 at, $5 publish_from, $6 publish_until
@@ -43,12 +46,17 @@ enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
     ROW_FAILED_AGGREGATE_TYPE, ROW_FAILED_EVENT_TYPE, ROW_FAILED_CREATED_MS
 };
-enum lease_scan_col { LEASE_SCAN_RELAYS, LEASE_SCAN_LOCKED };
+enum lease_scan_col {
+    LEASE_SCAN_RELAYS, LEASE_SCAN_LOCKED, LEASE_SCAN_FOREIGN, LEASE_SCAN_FOREIGN_HOLDERS
+};
 enum lease_acquire_col {
     LEASE_ACQUIRE_PARTITION, LEASE_ACQUIRE_GOT, LEASE_ACQUIRE_LAST_EVENT, LEASE_ACQUIRE_LAST_HOLDER
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
+/* The table's advisory lock key (first half of the two-key form), from its name with the
+ * schema made explicit, so that "outbox" and "public.outbox" are one table. */
+int outbox_lease_key(const char *table);
 void outbox_sql_destroy(struct outbox_sql *sql);
 
 #endif

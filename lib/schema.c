@@ -8,6 +8,9 @@
 #include "pgconn.h"
 #include "util.h"
 
+/* A row of outbox_relay_schema that is about table $1 (given with its schema). */
+#define SAME_TABLE "(table_name = $1 OR 'public.' || table_name = $1)"
+
 /* Advisory lock key shared by every migrating relay ("outbox" in ASCII). */
 #define MIGRATE_LOCK_KEY 0x6f7574626f78LL
 
@@ -58,7 +61,9 @@ char *schema_version_query(const char *table)
     schema_names(table, &schema_q, &table_q, &name);
     struct strbuf sb;
     strbuf_init(&sb);
-    strbuf_printf(&sb, "SELECT max(version) FROM %s.outbox_relay_schema WHERE table_name = $1",
+    /* $1 has its schema (the configuration adds public.); older migrates recorded the name
+     * as configured, possibly without it */
+    strbuf_printf(&sb, "SELECT max(version) FROM %s.outbox_relay_schema WHERE " SAME_TABLE,
                   schema_q);
     free(schema_q);
     free(table_q);
@@ -138,7 +143,8 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
         snprintf(version, sizeof(version), "%d", f->version);
         const char *params[2] = {table, version};
         strbuf_reset(&sql);
-        strbuf_printf(&sql, "SELECT 1 FROM %s.outbox_relay_schema WHERE table_name = $1 AND version = $2::int",
+        strbuf_printf(&sql, "SELECT 1 FROM %s.outbox_relay_schema WHERE " SAME_TABLE
+                      " AND version = $2::int",
                       schema_q);
         PGresult *res = PQexecParams(conn, sql.buf, 2, NULL, params, NULL, NULL, 0);
         int done = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;

@@ -59,6 +59,32 @@ int lease_pick_acquire(const struct lease *leases, const int *locked, int want, 
     return n;
 }
 
+int lease_decide(const struct lease *leases, const int *locked, const int *foreign,
+                 unsigned char *unowned_before, int target, struct strbuf *acquire, int *handback)
+{
+    int held = lease_count_held(leases), want = target - held, n = 0, any_free = 0;
+    unsigned char free_now[OUTBOX_LEASE_PARTITIONS];
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        free_now[p] = !locked[p] && !foreign[p] && leases[p].state == LEASE_FREE;
+        any_free |= free_now[p];
+    }
+    pgarray_open(acquire);
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) /* liveness: long-unowned ones */
+        if (free_now[p] && unowned_before[p]) {
+            pgarray_int(acquire, p);
+            n++;
+        }
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && n < want; p++) /* balance: up to the target */
+        if (free_now[p] && !unowned_before[p]) {
+            pgarray_int(acquire, p);
+            n++;
+        }
+    pgarray_close(acquire);
+    *handback = !any_free && held > target ? held - target : 0;
+    memcpy(unowned_before, free_now, sizeof(free_now));
+    return n;
+}
+
 int lease_pick_handback(struct lease *leases, int give)
 {
     int n = 0;
@@ -274,34 +300,44 @@ static int send_lease_release(struct relay *r)
 static void lease_scan_ok(struct relay *r, PGresult *res)
 {
     int relays = atoi(PQgetvalue(res, 0, LEASE_SCAN_RELAYS));
-    int locked[OUTBOX_LEASE_PARTITIONS];
-    lease_parse_locked(PQgetvalue(res, 0, LEASE_SCAN_LOCKED), locked);
+    int locked[OUTBOX_LEASE_PARTITIONS], foreign[OUTBOX_LEASE_PARTITIONS];
+    int held_by_relays = lease_parse_locked(PQgetvalue(res, 0, LEASE_SCAN_LOCKED), locked);
+    int held_by_others = lease_parse_locked(PQgetvalue(res, 0, LEASE_SCAN_FOREIGN), foreign);
+    const char *holders = PQgetvalue(res, 0, LEASE_SCAN_FOREIGN_HOLDERS);
     if (relays < 1)
         relays = 1;
     if (relays != r->lease.relays && r->lease.relays)
         log_info("lease: %d relays share the table (was %d)", relays, r->lease.relays);
     r->lease.relays = relays;
+    r->m.lease_relays = relays;
+    r->m.lease_partitions_unowned = OUTBOX_LEASE_PARTITIONS - held_by_relays;
+    if (strcmp(holders, r->lease.foreign_logged) != 0) {
+        if (held_by_others)
+            log_warn("lease: %d partitions of %s are locked by sessions that are not its relays "
+                     "(%s); nobody publishes them until those locks go", held_by_others,
+                     r->cfg->table, holders);
+        snprintf(r->lease.foreign_logged, sizeof(r->lease.foreign_logged), "%s", holders);
+    }
     if (r->mode != MODE_RUNNING)
         return;
-    int target = lease_balance_target(relays);
-    int held = lease_count_held(r->lease.part);
-    if (held > target) {
+    struct strbuf parts;
+    strbuf_init(&parts);
+    int handback = 0;
+    int n = lease_decide(r->lease.part, locked, foreign, r->lease.unowned_before,
+                         lease_balance_target(relays), &parts, &handback);
+    if (handback) {
         /* give back the highest partitions: stop claiming them, release once drained */
-        int n = lease_pick_handback(r->lease.part, held - target);
+        lease_pick_handback(r->lease.part, handback);
         r->m.lease_rebalances_total++;
-        log_info("lease: handing back %d partitions to balance %d relays", n, relays);
-    } else if (held < target) {
-        struct strbuf parts;
-        strbuf_init(&parts);
-        if (lease_pick_acquire(r->lease.part, locked, target - held, &parts)) {
-            char key[16];
-            snprintf(key, sizeof(key), "%d", r->sql.lease_key);
-            const char *params[2] = {key, parts.buf};
-            /* sent from here, the scan's follow-up: kick waits for it (the worker is busy) */
-            worker_send(r, &lease_acquire_stmt, r->sql.lease_acquire, 2, params);
-        }
-        strbuf_destroy(&parts);
+        log_info("lease: handing back %d partitions to balance %d relays", handback, relays);
+    } else if (n) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+        const char *params[2] = {key, parts.buf};
+        /* sent from here, the scan's follow-up: kick waits for it (the worker is busy) */
+        worker_send(r, &lease_acquire_stmt, r->sql.lease_acquire, 2, params);
     }
+    strbuf_destroy(&parts);
 }
 
 static const struct worker_stmt lease_scan_stmt = {

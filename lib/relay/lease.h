@@ -31,6 +31,14 @@ int lease_parse_locked(const char *list, int *locked);
 /* Up to want FREE partitions nobody else locks, lowest first, as an int[] literal;
  * returns how many. */
 int lease_pick_acquire(const struct lease *leases, const int *locked, int want, struct strbuf *out);
+/* After a scan: which partitions to acquire (an int[] literal in acquire, the count
+ * returned) and how many to hand back (*handback). locked: partitions relays of this table
+ * hold (this one included); foreign: partitions other sessions hold. Liveness before
+ * balance: a partition that no session held at this scan and at the previous one
+ * (unowned_before, updated here) is taken whatever the target; partitions are handed back
+ * only while every partition is held. */
+int lease_decide(const struct lease *leases, const int *locked, const int *foreign,
+                 unsigned char *unowned_before, int target, struct strbuf *acquire, int *handback);
 /* Moves the give highest held partitions to DRAINING; returns how many. */
 int lease_pick_handback(struct lease *leases, int give);
 /* GRACE partitions whose time has come become ACTIVE; appends the ACTIVE set as an int2[]

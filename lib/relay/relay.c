@@ -183,6 +183,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->cfg = cfg;
     r->mode = MODE_RUNNING;
     metrics_init(&r->m);
+    r->m.table = cfg->table;
     outbox_sql_init(&r->sql, cfg);
     poll_init(r);
     reset_init(r);

@@ -94,6 +94,8 @@ struct lease_set {
     int64_t last_contact_ms;    /* monotonic send time of the last statement that succeeded */
     int64_t grace_ms, deadline_ms;
     char incarnation[256];      /* relay name/pid: this process in the lease log */
+    unsigned char unowned_before[OUTBOX_LEASE_PARTITIONS]; /* no session held it at the last scan */
+    char foreign_logged[512];   /* the foreign holders last logged */
     ev_timer timer;
 };
 

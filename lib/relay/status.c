@@ -29,6 +29,8 @@ static const char *stall_reason(struct relay *r)
         return "postgres_unreachable";
     if (sink_brokers_up(r->sink) == 0)
         return "kafka_unreachable";
+    if (r->m.lease_partitions_unowned > 0)
+        return "lease_partitions_unowned";
     if (r->paused.n)
         return "topic_paused";
     if (r->m.failed_rows > 0)
