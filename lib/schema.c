@@ -71,8 +71,8 @@ char *schema_version_query(const char *table)
     return sb.buf;
 }
 
-enum schema_check schema_check_result(const PGresult *res, const char *table, char *err,
-                                      size_t errlen)
+enum schema_check schema_check_result(const PGresult *res, const char *table, int *have_out,
+                                      char *err, size_t errlen)
 {
     if (!pgconn_result_ok(res)) {
         const char *state = pgconn_sqlstate(res);
@@ -85,11 +85,14 @@ enum schema_check schema_check_result(const PGresult *res, const char *table, ch
         return SCHEMA_UNUSABLE;
     }
     int have = PQntuples(res) < 1 || PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
-    if (have == schema_version())
+    *have_out = have;
+    int n = schema_version();
+    if (have == n || (have == n - 1 && have >= 1))
         return SCHEMA_OK;
-    set_err(err, errlen, "table %s is at schema version %d but this relay needs version %d; run "
-            "`outbox-relay migrate` with this relay's version%s", table, have, schema_version(),
-            have > schema_version() ? " (or upgrade the relay: the schema is newer)" : "");
+    set_err(err, errlen, "table %s is at schema version %d but this relay runs on versions %d "
+            "and %d; run `outbox-relay migrate` with this relay's version%s", table, have,
+            n > 1 ? n - 1 : n, n,
+            have > n ? " (or upgrade the relay: the schema is newer)" : "");
     return SCHEMA_UNUSABLE;
 }
 
@@ -110,22 +113,79 @@ static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const
     return rc;
 }
 
+/* A migration's text is split into sections at lines "-- @outside-transaction": the first
+ * runs in a transaction (with the version record when it is the only one); each later
+ * section is one statement run alone, outside any transaction (CREATE INDEX CONCURRENTLY,
+ * VALIDATE CONSTRAINT without holding the ADD's lock). A migration with such sections is
+ * recorded once they all succeeded, so all of its sections must be safe to run again. */
+#define OUTSIDE_MARK "-- @outside-transaction"
+
+static int apply_migration(PGconn *conn, const struct schema_file *f, const char *table,
+                           const char *schema_q, const char *table_q, const char *name,
+                           char *err, size_t errlen)
+{
+    char *body = expand(f->sql, schema_q, table_q, name);
+    char version[16], detail[512];
+    snprintf(version, sizeof(version), "%d", f->version);
+    const char *params[2] = {table, version};
+    struct strbuf record;
+    strbuf_init(&record);
+    strbuf_printf(&record, "INSERT INTO %s.outbox_relay_schema (table_name, version) VALUES ($1, $2::int)",
+                  schema_q);
+    char *outside = strstr(body, OUTSIDE_MARK);
+    if (outside)
+        *outside = '\0'; /* body is now the transactional section */
+    int rc = -1;
+    if (exec_ok(conn, "BEGIN", 0, NULL, err, errlen) != 0)
+        goto out;
+    if (exec_ok(conn, body, 0, NULL, detail, sizeof(detail)) != 0 ||
+        (!outside && exec_ok(conn, record.buf, 2, params, detail, sizeof(detail)) != 0) ||
+        exec_ok(conn, "COMMIT", 0, NULL, detail, sizeof(detail)) != 0) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        set_err(err, errlen, "migration %s on %s failed: %s", f->name, table, detail);
+        goto out;
+    }
+    for (char *sect = outside; sect;) {
+        sect += strlen(OUTSIDE_MARK);
+        char *next = strstr(sect, OUTSIDE_MARK);
+        if (next)
+            *next = '\0';
+        if (exec_ok(conn, sect, 0, NULL, detail, sizeof(detail)) != 0) {
+            set_err(err, errlen, "migration %s on %s failed in a step outside its transaction "
+                    "(run migrate again: every step of it is safe to repeat): %s", f->name, table,
+                    detail);
+            goto out;
+        }
+        sect = next;
+    }
+    if (outside && exec_ok(conn, record.buf, 2, params, detail, sizeof(detail)) != 0) {
+        set_err(err, errlen, "migration %s on %s: recording it failed: %s", f->name, table, detail);
+        goto out;
+    }
+    rc = 0;
+out:
+    strbuf_destroy(&record);
+    free(body);
+    return rc;
+}
+
 int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, size_t errlen)
 {
     char *schema_q, *table_q, *name;
     schema_names(table, &schema_q, &table_q, &name);
     struct strbuf sql;
     strbuf_init(&sql);
-    int rc = -1;
+    int rc = -1, locked = 0;
     *applied = 0;
 
-    if (exec_ok(conn, "BEGIN", 0, NULL, err, errlen) != 0)
+    /* One migrate at a time, through the steps outside transactions too: a session lock. */
+    if (exec_ok(conn, "SET lock_timeout = '30s'; SET client_min_messages = warning; "
+                "SET search_path = pg_catalog, pg_temp", 0, NULL, err, errlen) != 0)
         goto out;
-    if (exec_ok(conn, "SET LOCAL lock_timeout = '30s'; SET LOCAL client_min_messages = warning", 0, NULL, err, errlen) != 0)
-        goto rollback;
-    strbuf_printf(&sql, "SELECT pg_advisory_xact_lock(%lld)", MIGRATE_LOCK_KEY);
+    strbuf_printf(&sql, "SELECT pg_advisory_lock(%lld)", MIGRATE_LOCK_KEY);
     if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0)
-        goto rollback;
+        goto out;
+    locked = 1;
     strbuf_reset(&sql);
     strbuf_printf(&sql,
                   "CREATE SCHEMA IF NOT EXISTS %s; "
@@ -135,7 +195,19 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
                   " PRIMARY KEY (table_name, version))",
                   schema_q, schema_q);
     if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0)
-        goto rollback;
+        goto out;
+    /* Never adopt a bookkeeping table someone else made (it decides what migrate runs). */
+    strbuf_reset(&sql);
+    strbuf_printf(&sql, "SELECT pg_has_role(c.relowner, 'MEMBER') FROM pg_class c"
+                        " WHERE c.oid = '%s.outbox_relay_schema'::regclass", schema_q);
+    PGresult *own = PQexec(conn, sql.buf);
+    int mine = pgconn_result_ok(own) && PQntuples(own) == 1 && PQgetvalue(own, 0, 0)[0] == 't';
+    PQclear(own);
+    if (!mine) {
+        set_err(err, errlen, "%s.outbox_relay_schema exists and is owned by another role; "
+                "migrate as its owner (or drop it if it is not the relay's)", schema_q);
+        goto out;
+    }
 
     for (int i = 0; i < schema_file_count; i++) {
         const struct schema_file *f = &schema_files[i];
@@ -147,42 +219,29 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
                       " AND version = $2::int",
                       schema_q);
         PGresult *res = PQexecParams(conn, sql.buf, 2, NULL, params, NULL, NULL, 0);
-        int done = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
-        int failed = PQresultStatus(res) != PGRES_TUPLES_OK;
-        if (failed) {
+        int done = pgconn_result_ok(res) && PQntuples(res) == 1;
+        if (!pgconn_result_ok(res)) {
             char line[512];
             pgconn_error_line(res, line, sizeof(line));
             set_err(err, errlen, "%s", line);
+            PQclear(res);
+            goto out;
         }
         PQclear(res);
-        if (failed)
-            goto rollback;
         if (done)
             continue;
-        char *body = expand(f->sql, schema_q, table_q, name);
-        char detail[512];
-        int step = exec_ok(conn, body, 0, NULL, detail, sizeof(detail));
-        free(body);
-        if (step != 0) {
-            set_err(err, errlen, "migration %s on %s failed: %s", f->name, table, detail);
-            goto rollback;
-        }
-        strbuf_reset(&sql);
-        strbuf_printf(&sql, "INSERT INTO %s.outbox_relay_schema (table_name, version) VALUES ($1, $2::int)",
-                      schema_q);
-        if (exec_ok(conn, sql.buf, 2, params, err, errlen) != 0)
-            goto rollback;
+        if (apply_migration(conn, f, table, schema_q, table_q, name, err, errlen) != 0)
+            goto out;
         log_info("migrate: applied %s to %s", f->name, table);
         (*applied)++;
     }
-    if (exec_ok(conn, "COMMIT", 0, NULL, err, errlen) != 0)
-        goto out;
     rc = 0;
-    goto out;
-rollback:
-    PQclear(PQexec(conn, "ROLLBACK"));
-    *applied = 0;
 out:
+    if (locked) {
+        strbuf_reset(&sql);
+        strbuf_printf(&sql, "SELECT pg_advisory_unlock(%lld)", MIGRATE_LOCK_KEY);
+        PQclear(PQexec(conn, sql.buf));
+    }
     strbuf_destroy(&sql);
     free(schema_q);
     free(table_q);

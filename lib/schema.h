@@ -21,9 +21,10 @@ int schema_version(void);
 /* Splits "schema.name" (or "name", schema public) into quoted parts. Caller frees all three. */
 void schema_names(const char *table, char **schema_q, char **table_q, char **name);
 
-/* Applies missing migrations to the table in one transaction under an advisory lock,
- * with lock_timeout. Blocking: only for the migrate command, never on the relay loop.
- * conn is borrowed. Returns 0, or -1 with err. */
+/* Applies missing migrations to the table, one at a time, serialised by a session advisory
+ * lock, with lock_timeout and a pinned search_path; each in a transaction, with steps
+ * outside it where the file asks (see schema.c). Blocking: only for the migrate command,
+ * never on the relay loop. conn is borrowed. Returns 0, or -1 with err. */
 int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, size_t errlen);
 
 /* SQL returning the highest applied version for the table (NULL if none); fails with
@@ -31,10 +32,11 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
 char *schema_version_query(const char *table);
 
 /* What the version query's result (ok or failed, never NULL) means for a relay of this
- * build: SCHEMA_OK; SCHEMA_UNUSABLE (no schema, or another version: the relay must stop,
- * err says what to do); SCHEMA_RETRY (any other failure). */
+ * build, which runs against its own schema version N and N-1 (rolling upgrades):
+ * SCHEMA_OK (*have: the version found); SCHEMA_UNUSABLE (no schema, or a version outside
+ * those two: the relay must stop, err says what to do); SCHEMA_RETRY (any other failure). */
 enum schema_check { SCHEMA_OK, SCHEMA_UNUSABLE, SCHEMA_RETRY };
-enum schema_check schema_check_result(const PGresult *res, const char *table, char *err,
-                                      size_t errlen);
+enum schema_check schema_check_result(const PGresult *res, const char *table, int *have,
+                                      char *err, size_t errlen);
 
 #endif

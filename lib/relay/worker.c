@@ -65,10 +65,13 @@ int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql
 static void version_result(struct relay *r, PGresult *res)
 {
     char err[512];
-    switch (schema_check_result(res, r->cfg->table, err, sizeof(err))) {
+    int have = 0;
+    switch (schema_check_result(res, r->cfg->table, &have, err, sizeof(err))) {
     case SCHEMA_OK:
         if (!r->schema_logged)
-            log_info("schema: %s at version %d", r->cfg->table, schema_version());
+            log_info("schema: %s at version %d%s", r->cfg->table, have,
+                     have < schema_version() ? " (the previous one: this relay runs on it; "
+                                               "`outbox-relay migrate` brings it up to date)" : "");
         r->schema_logged = 1;
         r->schema_ok = 1;
         r->claim.wanted = 1;

@@ -96,7 +96,7 @@ out=$(env OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" timeo
 grep -q "run \`outbox-relay migrate\`" <<<"$out" || fail "unmigrated table: message does not say to migrate: $out"
 psqlc "SELECT 1" >/dev/null
 OUTBOX_PG_DSN="$DSN" "$RELAYTEST_RELAY_BIN" migrate >/dev/null 2>&1
-psqlc "UPDATE outbox_relay_schema SET version = 99"
+psqlc "DELETE FROM outbox_relay_schema; INSERT INTO outbox_relay_schema (table_name, version) VALUES ('public.outbox', 99)"
 out=$(env OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" timeout 30 "$RELAYTEST_RELAY_BIN" 2>&1) && rc=0 || rc=$?
 [ "$rc" = 1 ] && grep -q "schema version 99" <<<"$out" || fail "schema version mismatch not refused: rc=$rc $out"
 log "ok"

@@ -1,0 +1,43 @@
+-- 002: rows and roles users really have. Online: no table rewrite, no long lock.
+-- * created_at must be finite in new rows: a CHECK added NOT VALID (a short ACCESS
+--   EXCLUSIVE lock, no scan), validated in a separate step outside the transaction (a
+--   scan under SHARE UPDATE EXCLUSIVE, which does not block writers) when no old row
+--   breaks it. Old rows that do are still relayed: the relay's expressions cannot throw.
+-- * The doorbell trigger runs with its owner's rights and a pinned search_path, so a
+--   writer needs INSERT on the outbox table and nothing else.
+-- Every step is safe to run again (a migrate stopped half-way is run again).
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
+                   WHERE conrelid = '@TABLE@'::regclass AND conname = '@NAME@_created_at_finite') THEN
+        ALTER TABLE @TABLE@ ADD CONSTRAINT "@NAME@_created_at_finite"
+            CHECK (isfinite(created_at)) NOT VALID;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_ring_doorbell"() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ch text;
+BEGIN
+    IF (SELECT armed FROM @SCHEMA@."@NAME@_doorbell") THEN
+        UPDATE @SCHEMA@."@NAME@_doorbell" SET armed = false WHERE armed RETURNING channel INTO ch;
+        IF ch IS NOT NULL THEN
+            PERFORM pg_notify(ch, '');
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_ring_doorbell"() FROM PUBLIC;
+
+-- @outside-transaction
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM @TABLE@ WHERE NOT isfinite(created_at)) THEN
+        ALTER TABLE @TABLE@ VALIDATE CONSTRAINT "@NAME@_created_at_finite";
+    END IF;
+END
+$$;
