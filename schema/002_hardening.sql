@@ -1,8 +1,9 @@
 -- 002: rows and roles users really have. Online: no table rewrite, no long lock.
--- * created_at must be finite in new rows: a CHECK added NOT VALID (a short ACCESS
---   EXCLUSIVE lock, no scan), validated in a separate step outside the transaction (a
---   scan under SHARE UPDATE EXCLUSIVE, which does not block writers) when no old row
---   breaks it. Old rows that do are still relayed: the relay's expressions cannot throw.
+-- * created_at must be finite: a CHECK added NOT VALID (a short ACCESS EXCLUSIVE lock, no
+--   scan); then, outside the transaction, old rows with an infinite created_at (which no
+--   relay could publish before the relay's expressions stopped throwing) get the time of
+--   the migration, since a CHECK also holds for their updates (the mark); then the
+--   constraint is validated (a scan under SHARE UPDATE EXCLUSIVE: writers go on).
 -- * The doorbell trigger runs with its owner's rights and a pinned search_path, so a
 --   writer needs INSERT on the outbox table and nothing else.
 -- Every step is safe to run again (a migrate stopped half-way is run again).
@@ -34,10 +35,6 @@ $$;
 REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_ring_doorbell"() FROM PUBLIC;
 
 -- @outside-transaction
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM @TABLE@ WHERE NOT isfinite(created_at)) THEN
-        ALTER TABLE @TABLE@ VALIDATE CONSTRAINT "@NAME@_created_at_finite";
-    END IF;
-END
-$$;
+UPDATE @TABLE@ SET created_at = clock_timestamp() WHERE NOT isfinite(created_at);
+-- @outside-transaction
+ALTER TABLE @TABLE@ VALIDATE CONSTRAINT "@NAME@_created_at_finite";

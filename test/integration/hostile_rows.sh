@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Rows an application can write must not stop the relay or its metrics:
-#   1. created_at = 'infinity' and '-infinity' among normal rows: every row is published
-#      (the infinite ones with the claim's time as Kafka timestamp), the metrics, /status
-#      and `status --json` keep working;
+#   1. created_at = 'infinity' and '-infinity' among normal rows (as on a table of schema 1,
+#      before migration 002 refused them; the test drops its constraint to write them): every
+#      row is published (the infinite ones with the claim's time as Kafka timestamp), the
+#      metrics, /status and `status --json` keep working;
 #   2. created_at two hours ahead (the broker rejects timestamps more than an hour ahead:
 #      INVALID_TIMESTAMP fails its whole batch, which the gapless producer turns into a fatal
 #      error): the row is isolated, its attempts counted, and it is parked with the reason,
@@ -18,7 +19,8 @@ ins() { # n key created_at-sql
 
 # ---- 1. infinite timestamps
 ins 300 x "now()"
-psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+psqlc "ALTER TABLE outbox DROP CONSTRAINT outbox_created_at_finite;
+       INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
        VALUES ('order', 'inf', 'Created', '{}', 'infinity'), ('order', 'neginf', 'Created', '{}', '-infinity')"
 ins 300 x "now()"
 RELAY_ENV=(OUTBOX_MAX_ATTEMPTS=2)

@@ -33,6 +33,9 @@ version() { psqlc "SELECT max(version) FROM outbox_relay_schema"; }
 start_relay new_on_old >/dev/null
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', 'k' || (g % 50), 'Created', '{}' FROM generate_series(1, 500) g"
+# schema 1 lets a writer store an infinite created_at; the migration repairs such rows
+psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+       VALUES ('order', 'inf', 'Created', '{}', 'infinity')"
 wait_until 30 "this version's relay drains on schema $prev_version" all_sent
 grep -q "at version $prev_version (the previous one" "$WORK/relay-new_on_old.log" || fail "no log line about the older schema"
 stop_relay new_on_old || fail "relay exited with $? on SIGTERM"
@@ -75,6 +78,7 @@ fi
 grep -q "created_at_finite" "$WORK/inf.err" || fail "unexpected error: $(cat "$WORK/inf.err")"
 psqlc "SELECT convalidated FROM pg_constraint WHERE conname = 'outbox_created_at_finite'" | grep -q t ||
     fail "the constraint was not validated"
+[ "$(count_where "NOT isfinite(created_at)")" = 0 ] || fail "an infinite created_at survived the migration"
 psqlc "DROP ROLE IF EXISTS mig_writer; CREATE ROLE mig_writer LOGIN; GRANT INSERT ON outbox TO mig_writer"
 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=mig_writer dbname=$DB" \
     -c "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'w', 'E', '{}')" ||
