@@ -10,7 +10,7 @@
 
 # ---- the previous version's relay, built from git
 newest=$(cd "$RELAYTEST_SRC" && ls schema/[0-9]*.sql | sort | tail -1)
-added=$(git -C "$RELAYTEST_SRC" rev-list -1 HEAD -- "$newest") || fail "no git history (a shallow clone?)"
+added=$(git -C "$RELAYTEST_SRC" log --diff-filter=A --format=%H -1 -- "$newest") || fail "no git history (a shallow clone?)"
 [ -n "$added" ] || fail "cannot find the commit that added $newest"
 log "previous version: $(git -C "$RELAYTEST_SRC" log -1 --format='%h %s' "$added^" | cut -c1-80)"
 mkdir -p "$WORK/prev"
