@@ -208,6 +208,10 @@ static const struct setting settings[] = {
      0, check_channel, "LISTEN channel woken by the optional doorbell trigger; empty disables LISTEN"},
     {"OUTBOX_MAX_INFLIGHT", "max-inflight", SETTING_INT, OFF(max_inflight), "20000", 1, 1000000,
      NULL, "most rows claimed but not yet marked; bounds memory and duplicates after a crash"},
+    {"OUTBOX_MAX_INFLIGHT_BYTES", "max-inflight-bytes", SETTING_INT, OFF(max_inflight_bytes),
+     "33554432", 1048576, 1073741824, NULL,
+     "most payload bytes claimed but not yet marked, and the producer queue's limit: the "
+     "relay's memory beyond about 20 MB is at most about twice this"},
     {"OUTBOX_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", SETTING_INT, OFF(shutdown_timeout_ms),
      "10000", 0, 3600000, NULL, "on SIGTERM, longest wait for in-flight deliveries"},
     {"OUTBOX_STATEMENT_TIMEOUT_MS", "statement-timeout-ms", SETTING_INT,

@@ -22,6 +22,7 @@ struct config {
     int batch_size;
     int poll_interval_ms;
     int max_inflight;
+    int max_inflight_bytes;
     int shutdown_timeout_ms;
     int statement_timeout_ms;
     int reconnect_max_ms;

@@ -62,22 +62,33 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         strbuf_printf(&parked,
                       "   AND NOT EXISTS (SELECT 1 FROM %s f"
                       " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+    /* Bytes: each row's payload size (its stored size while small and not compressed,
+     * else the length of its text); the claim stops where the sum passes $6 (the relay's byte budget left; at
+     * least one row), and a payload larger than $7 (the producer's message.max.bytes) is
+     * never fetched: its row comes back with payload NULL, to be parked. */
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "WITH c AS ("
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
-                  "  o.topic, o.payload::text AS payload, o.headers::text AS headers,"
+                  "  o.topic, CASE WHEN o.sz > $7::int8 THEN NULL ELSE o.payload::text END AS payload,"
+                  "  o.headers::text AS headers,"
                   "  " CREATED_MS("o.created_at") " AS created_ms, o.attempts,"
-                  "  o.lease_partition"
+                  "  o.lease_partition, o.sz"
                   " FROM unnest($4::int2[]) AS lp(part)"
                   " CROSS JOIN LATERAL ("
-                  "  SELECT * FROM %s p"
+                  "  SELECT p.*, coalesce(CASE WHEN pg_column_compression(p.payload) IS NULL"
+                  "   AND pg_column_size(p.payload) < 2000 THEN pg_column_size(p.payload)"
+                  "   ELSE octet_length(p.payload::text) END, 0) AS sz"
+                  "  FROM %s p"
                   "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
                   "   AND p.id <> ALL($1::int8[])%s"
                   "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
                   "  ORDER BY p.id LIMIT $5) o"
-                  " ORDER BY o.id LIMIT $2)"
-                  " SELECT * FROM c ORDER BY id",
+                  " ORDER BY o.id LIMIT $2),"
+                  " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM c)"
+                  " SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic, payload,"
+                  "  headers, created_ms, attempts, lease_partition, sz"
+                  " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
                   t, parked.buf, sql->topic_expr);
     sql->claim = sb.buf;
     strbuf_destroy(&parked);
@@ -122,6 +133,17 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->arm = sb.buf;
 
     sql->version = schema_version_query(cfg->table);
+    /* At start-up: the version, and whether row-level security would hide rows from this
+     * role (enabled, not bypassed by the role, not the owner's unless forced). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT (%s) AS version,"
+                  " (SELECT c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)"
+                  "   AND (c.relforcerowsecurity OR NOT pg_has_role(c.relowner, 'MEMBER'))"
+                  "  FROM pg_class c, pg_roles r WHERE c.oid = '%s'::regclass"
+                  "  AND r.rolname = current_user) AS rls_hides_rows",
+                  sql->version, t);
+    sql->start_check = sb.buf;
 
     strbuf_init(&sb);
     strbuf_printf(&sb,
@@ -254,7 +276,7 @@ int outbox_lease_key(const char *table)
 void outbox_sql_destroy(struct outbox_sql *sql)
 {
     char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
-                    &sql->arm, &sql->version, &sql->stats, &sql->long_tx, &sql->purge,
+                    &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {

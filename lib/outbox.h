@@ -13,13 +13,15 @@
 
 struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
-                            $5 limit per partition */
+                            $5 limit per partition, $6 payload bytes budget, $7 largest
+                            payload fetched */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
     char *row_failed;    /* $1 id, $2 reason, $3 max attempts: attempts+1, parks at the limit */
     char *arm;           /* $1 channel */
     char *version;       /* $1 table */
+    char *start_check;   /* $1 table: version, and whether row-level security hides rows */
     char *stats;         /* $1 count cap */
     char *long_tx;       /* $1 threshold seconds */
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
@@ -40,7 +42,7 @@ struct outbox_sql {
 enum claim_col {
     CLAIM_ID, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
     CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_ATTEMPTS,
-    CLAIM_LEASE_PARTITION
+    CLAIM_LEASE_PARTITION, CLAIM_PAYLOAD_BYTES
 };
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,

@@ -24,7 +24,7 @@ struct hostlist {
     int timeout_s;  /* per-host connect timeout */
 };
 
-enum pg_state { PG_DOWN, PG_CONNECTING, PG_SETUP, PG_IDLE, PG_BUSY, PG_STOPPED };
+enum pg_state { PG_DOWN, PG_CONNECTING, PG_IDLE, PG_BUSY, PG_STOPPED };
 
 struct pgconn {
     struct ev_loop *loop;
@@ -151,7 +151,12 @@ struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *ds
     pg->loop = loop;
     pg->name = xstrdup(name);
     pg->dsn = xstrdup(dsn ? dsn : "");
-    pg->setup_sql = setup_sql ? xstrdup(setup_sql) : NULL;
+    struct strbuf setup;
+    strbuf_init(&setup);
+    strbuf_puts(&setup, PGCONN_PIN_SEARCH_PATH);
+    if (setup_sql)
+        strbuf_printf(&setup, "; %s", setup_sql);
+    pg->setup_sql = setup.buf;
     pg->cb = *cb;
     pg->ctx = ctx;
     pg->state = PG_STOPPED;
@@ -207,7 +212,7 @@ static void schedule_reconnect(struct pgconn *pg)
 /* Connection gone: tell the pending query and the owner, then reconnect later. */
 static void lost(struct pgconn *pg, const char *why)
 {
-    int was_up = pg->state == PG_IDLE || pg->state == PG_BUSY || pg->state == PG_SETUP;
+    int was_up = pg->state == PG_IDLE || pg->state == PG_BUSY;
     pgconn_result_cb qcb = pg->state == PG_BUSY ? pg->query_cb : NULL;
     void *qctx = pg->query_ctx;
     pg->query_cb = NULL;
@@ -397,12 +402,6 @@ static void connected(struct pgconn *pg)
     ev_timer_stop(pg->loop, &pg->timer);
     if (PQsetnonblocking(pg->conn, 1) != 0) {
         conn_error(pg);
-        return;
-    }
-    pg->state = PG_SETUP;
-    if (!pg->setup_sql) {
-        pg->state = PG_IDLE;
-        setup_done(pg, NULL);
         return;
     }
     pg->state = PG_BUSY;

@@ -19,8 +19,13 @@ struct pgconn_callbacks {
     void (*on_notify)(void *ctx, const PGnotify *notify);
 };
 
+/* Every session the relay opens pins its search_path first (nothing a role or a database
+ * setting puts in it can shadow what the relay's statements call). */
+#define PGCONN_PIN_SEARCH_PATH "SET search_path = pg_catalog, pg_temp"
+
 /* name appears in logs ("worker", "listen"); dsn and setup_sql are copied.
- * setup_sql runs once after every connect, before on_ready (may be NULL). */
+ * PGCONN_PIN_SEARCH_PATH and then setup_sql (may be NULL) run once after every connect,
+ * before on_ready. */
 struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *dsn,
                           const char *setup_sql, int reconnect_max_ms,
                           const struct pgconn_callbacks *cb, void *ctx);

@@ -86,6 +86,12 @@ enum schema_check schema_check_result(const PGresult *res, const char *table, in
     }
     int have = PQntuples(res) < 1 || PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
     *have_out = have;
+    if (PQntuples(res) == 1 && PQnfields(res) > 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0) {
+        set_err(err, errlen, "row-level security is enabled on %s and this relay's role does not "
+                "bypass it: the relay would see only some rows. Give the role BYPASSRLS (or make "
+                "it the table's owner), or disable row-level security on the outbox table", table);
+        return SCHEMA_UNUSABLE;
+    }
     int n = schema_version();
     if (have == n || (have == n - 1 && have >= 1))
         return SCHEMA_OK;

@@ -31,10 +31,11 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
  * undefined_table (42P01) before the first migrate. $1 = table as configured. Caller frees. */
 char *schema_version_query(const char *table);
 
-/* What the version query's result (ok or failed, never NULL) means for a relay of this
+/* What the start-up check's result (outbox_sql.start_check, or the version query alone; ok
+ * or failed, never NULL) means for a relay of this
  * build, which runs against its own schema version N and N-1 (rolling upgrades):
- * SCHEMA_OK (*have: the version found); SCHEMA_UNUSABLE (no schema, or a version outside
- * those two: the relay must stop, err says what to do); SCHEMA_RETRY (any other failure). */
+ * SCHEMA_OK (*have: the version found); SCHEMA_UNUSABLE (no schema, a version outside
+ * those two, or row-level security hiding rows: the relay must stop, err says what to do); SCHEMA_RETRY (any other failure). */
 enum schema_check { SCHEMA_OK, SCHEMA_UNUSABLE, SCHEMA_RETRY };
 enum schema_check schema_check_result(const PGresult *res, const char *table, int *have,
                                       char *err, size_t errlen);

@@ -134,10 +134,13 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
             set_err(err, errlen, "kafka default %s: %s", producer_defaults[i][0], kerr);
             return NULL;
         }
-    /* librdkafka's queue must hold the whole in-flight window. */
+    /* librdkafka's queue must hold the whole in-flight window, and no more bytes than the
+     * relay's budget (its default is 1 GiB). */
     char qmax[32];
     snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight + 1000);
     rd_kafka_conf_set(conf, "queue.buffering.max.messages", qmax, kerr, sizeof(kerr));
+    snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight_bytes / 1024);
+    rd_kafka_conf_set(conf, "queue.buffering.max.kbytes", qmax, kerr, sizeof(kerr));
     for (size_t i = 0; i < sk->cfg->n_kafka; i++) {
         const struct kafka_prop *p = &sk->cfg->kafka[i];
         if (rd_kafka_conf_set(conf, p->name, p->value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK) {
@@ -205,6 +208,15 @@ void sink_poll(struct sink *sk)
 int sink_outq_len(struct sink *sk)
 {
     return sk->rk ? rd_kafka_outq_len(sk->rk) : 0;
+}
+
+long long sink_max_message_bytes(struct sink *sk)
+{
+    char buf[32];
+    size_t len = sizeof(buf);
+    if (rd_kafka_conf_get(rd_kafka_conf(sk->rk), "message.max.bytes", buf, &len) != RD_KAFKA_CONF_OK)
+        return 1000000;
+    return atoll(buf);
 }
 
 int sink_brokers_up(struct sink *sk)

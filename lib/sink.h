@@ -44,6 +44,8 @@ void sink_poll(struct sink *sk);
 int sink_outq_len(struct sink *sk);
 /* Brokers connected (from librdkafka's statistics every 5 s; 0 after "all brokers down"). */
 int sink_brokers_up(struct sink *sk);
+/* The producer's message.max.bytes: no message larger than this can be produced. */
+long long sink_max_message_bytes(struct sink *sk);
 /* Purges everything still queued or in flight and serves the failure reports
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);

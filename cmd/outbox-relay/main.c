@@ -76,6 +76,14 @@ static PGconn *connect_blocking(const struct config *cfg)
         PQfinish(conn);
         return NULL;
     }
+    PGresult *res = PQexec(conn, PGCONN_PIN_SEARCH_PATH);
+    int ok = pgconn_result_ok(res);
+    PQclear(res);
+    if (!ok) {
+        log_error("postgres: cannot set search_path: %s", PQerrorMessage(conn));
+        PQfinish(conn);
+        return NULL;
+    }
     return conn;
 }
 

@@ -29,7 +29,8 @@ int claim_ready(const struct relay *r)
 {
     return r->claim.wanted && r->mode == MODE_RUNNING && !r->claim.res &&
            (!r->reset.isolate_until_id || r->win.n == 0) &&
-           r->win.n + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight;
+           r->win.n + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight &&
+           r->win.bytes < r->cfg->max_inflight_bytes;
 }
 
 /* Rows claimed but not produced go back: they stay PENDING and are claimed again. */
@@ -122,6 +123,7 @@ static void claim_ok(struct relay *r, PGresult *res)
             .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
             .attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
             .partition = part,
+            .bytes = strtoll(PQgetvalue(res, i, CLAIM_PAYLOAD_BYTES), NULL, 10),
             .state = ROW_QUEUED,
         };
         /* a partition that filled its quota may have more: then claim again at once */
@@ -162,12 +164,14 @@ void claim_send(struct relay *r)
     strbuf_init(&paused);
     window_ids_literal(&r->win, ~0u, 0, &ids);
     pauses_literal(&r->paused, &paused);
-    char limit[16], quota[16];
+    char limit[16], quota[16], budget[24], largest[24];
     r->claim.quota = claim_quota(claim_limit(r), nparts);
     snprintf(limit, sizeof(limit), "%d", claim_limit(r));
     snprintf(quota, sizeof(quota), "%d", r->claim.quota);
-    const char *params[5] = {ids.buf, limit, paused.buf, parts.buf, quota};
-    if (worker_send(r, &claim_stmt, r->sql.claim, 5, params) == 0) {
+    snprintf(budget, sizeof(budget), "%lld", (long long)(r->cfg->max_inflight_bytes - r->win.bytes));
+    snprintf(largest, sizeof(largest), "%lld", sink_max_message_bytes(r->sink));
+    const char *params[7] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest};
+    if (worker_send(r, &claim_stmt, r->sql.claim, 7, params) == 0) {
         r->claim.wanted = 0;
         ev_timer_stop(r->loop, &r->poll.timer);
     }

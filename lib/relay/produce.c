@@ -92,6 +92,14 @@ void produce_claimed(struct relay *r)
         }
         struct message msg;
         char reason[512];
+        long long largest = sink_max_message_bytes(r->sink);
+        if (!row.payload && slot->bytes > largest) {
+            snprintf(reason, sizeof(reason), "the payload (%lld bytes) is larger than the "
+                     "producer's message.max.bytes (%lld); it was never fetched",
+                     (long long)slot->bytes, largest);
+            poison_park_row(r, slot, &row, reason);
+            continue;
+        }
         if (message_build(&row, r->cfg->topic_template, &msg, reason, sizeof(reason)) != 0) {
             poison_park_row(r, slot, &row, reason);
             continue;

@@ -48,14 +48,19 @@ void window_add(struct window *w, const struct inflight_row *add, size_t n)
     }
     w->n += n;
     w->n_state[ROW_QUEUED] += n;
+    for (size_t a = 0; a < n; a++)
+        w->bytes += add[a].bytes;
 }
 
 size_t window_remove_state(struct window *w, enum row_state state)
 {
     size_t out = 0;
-    for (size_t i = 0; i < w->n; i++)
+    for (size_t i = 0; i < w->n; i++) {
         if (w->rows[i].state != state)
             w->rows[out++] = w->rows[i];
+        else
+            w->bytes -= w->rows[i].bytes;
+    }
     size_t removed = w->n - out;
     w->n = out;
     w->n_state[state] -= removed;
@@ -66,6 +71,7 @@ void window_remove_one(struct window *w, struct inflight_row *row)
 {
     size_t i = (size_t)(row - w->rows);
     w->n_state[row->state]--;
+    w->bytes -= row->bytes;
     memmove(&w->rows[i], &w->rows[i + 1], (w->n - i - 1) * sizeof(*w->rows));
     w->n--;
 }

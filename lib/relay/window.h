@@ -25,6 +25,7 @@ struct inflight_row {
     int64_t created_ms;
     int attempts;
     int partition; /* lease partition */
+    int64_t bytes; /* payload bytes */
     enum row_state state;
     rd_kafka_resp_err_t err; /* delivery error while ROW_FAILED */
     enum failure_reason fail;
@@ -36,6 +37,7 @@ struct window {
     struct inflight_row *rows;
     size_t n, cap;
     size_t n_state[ROW_STATES];
+    int64_t bytes; /* payload bytes of every row in the window */
 };
 
 void window_destroy(struct window *w);

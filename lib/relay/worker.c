@@ -91,5 +91,5 @@ static const struct worker_stmt version_stmt = {
 void worker_send_version(struct relay *r)
 {
     const char *params[1] = {r->cfg->table};
-    worker_send(r, &version_stmt, r->sql.version, 1, params);
+    worker_send(r, &version_stmt, r->sql.start_check, 1, params);
 }

@@ -38,6 +38,10 @@ trap cleanup EXIT
 
 psqlc() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "$1"; }
 
+# setup_db: a fresh database with the outbox table, migrated by the owner (postgres), and
+# the least-privilege roles of deploy/roles.sql: relays started by start_relay log in as
+# it_relay, the writers helper as it_writer (INSERT on the outbox, and its own aggregate
+# table). Tests write their own fixtures as postgres.
 setup_db() {
     "$PG_BIN/psql" -X -q -At "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
         -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" ||
@@ -45,6 +49,18 @@ setup_db() {
     OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
         { cat "$WORK/migrate.log"; fail "migrate failed"; }
     psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
+    psqlc "DO \$\$ BEGIN
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_relay') THEN CREATE ROLE it_relay LOGIN; END IF;
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_writer') THEN CREATE ROLE it_writer LOGIN; END IF;
+           END \$\$"
+    grant_roles outbox
+    psqlc "GRANT SELECT, UPDATE ON aggregate TO it_writer"
+    RELAY_USER=it_relay WRITER_USER=it_writer
+}
+# grant_roles TABLE: deploy/roles.sql for public.TABLE, relay it_relay, writer it_writer.
+grant_roles() {
+    PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$DSN" -v schema=public -v table="$1" -v relay=it_relay -v writer=it_writer \
+        -f "$RELAYTEST_SRC/deploy/roles.sql" >/dev/null || fail "deploy/roles.sql failed for $1"
 }
 
 free_port() {
@@ -57,7 +73,8 @@ free_port() {
 # Each relay serves HTTP on a free port, remembered as HTTP_PORT_<name>.
 relay_env() {
     RELAY_HTTP_PORT=$(free_port)
-    RELAY_BASE_ENV=(OUTBOX_PG_DSN="$DSN" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
+    RELAY_BASE_ENV=(OUTBOX_PG_DSN="${DSN/user=postgres /user=${RELAY_USER:-postgres} }"
+        OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
         OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
         OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}")
@@ -141,7 +158,7 @@ INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
   VALUES ('$agg', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k, 'pad', repeat('x', 200)));
 COMMIT;
 SQL
-    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c "$clients" -j 2 \
+    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U "${WRITER_USER:-postgres}" -c "$clients" -j 2 \
         -t "$tx" -f "$WORK/writer.sql" "$DB" >"$WORK/pgbench.log" 2>&1 ||
         { cat "$WORK/pgbench.log"; fail "writers failed"; }
 }

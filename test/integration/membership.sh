@@ -12,6 +12,7 @@
 setup_db
 OUTBOX_PG_DSN=$DSN OUTBOX_TABLE=public.outbox2 "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate2.log" 2>&1 ||
     { cat "$WORK/migrate2.log"; fail "migrate of the second table failed"; }
+grant_roles outbox2
 ins() { # table n aggregate_type
     psqlc "INSERT INTO $1 (aggregate_type, aggregate_id, event_type, payload)
            SELECT '$3', 'k' || (g % 100), 'Created', jsonb_build_object('n', g) FROM generate_series(1, $2) g"

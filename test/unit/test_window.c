@@ -5,7 +5,7 @@
 
 static struct inflight_row row(int64_t id, int partition)
 {
-    return (struct inflight_row){.id = id, .partition = partition};
+    return (struct inflight_row){.id = id, .partition = partition, .bytes = 100 * id};
 }
 
 static int sorted(const struct window *w)
@@ -25,6 +25,7 @@ int main(void)
     struct inflight_row b[] = {row(5, 3), row(25, 2), row(40, 0)};
     window_add(&w, b, 3);
     is_int(w.n, 6, "six rows in flight");
+    is_int(w.bytes, 100 * (10 + 20 + 30 + 5 + 25 + 40), "payload bytes in flight summed");
     ok(sorted(&w), "kept sorted by id after merging a claim with lower ids");
     is_int(w.n_state[ROW_QUEUED], 6, "new rows are QUEUED");
     ok(window_find(&w, 25) && window_find(&w, 25)->partition == 2, "find 25");
@@ -54,6 +55,7 @@ int main(void)
     window_take(&w, ROW_ACKED, ROW_MARKING, 0, &sb);
     is_str(sb.buf, "{5,20,30}", "no limit: every acknowledged row");
     is_int(window_remove_state(&w, ROW_MARKING), 3, "marked rows leave the window");
+    is_int(w.bytes, 100 * (10 + 25 + 40), "their bytes leave with them");
     is_int(w.n, 3, "three left");
     ok(sorted(&w), "still sorted");
     is_int(window_high_id(&w), 40, "highest id");
@@ -65,6 +67,7 @@ int main(void)
 
     window_remove_one(&w, window_find(&w, 25));
     is_int(w.n, 2, "one removed");
+    is_int(w.bytes, 100 * (10 + 40), "and its bytes");
     ok(window_find(&w, 25) == NULL && window_find(&w, 40) != NULL, "the right one");
     is_int(w.n_state[ROW_QUEUED], 1, "state count follows removal");
     strbuf_reset(&sb);

@@ -1,0 +1,28 @@
+-- Least-privilege roles for one outbox table, run by its owner (the role that ran
+-- `outbox-relay migrate`) after migrate:
+--   psql -v schema=public -v table=outbox -v relay=outbox_relay -v writer=app_writer \
+--        -f deploy/roles.sql
+-- The roles must exist (CREATE ROLE ... LOGIN). Three roles in all:
+--   owner   runs `outbox-relay migrate` (and this file); owns the table and its helpers;
+--   relay   the relay's runtime role: reads and marks rows, writes its own bookkeeping,
+--           and sees every session's transactions (pg_read_all_stats) so that it can name
+--           a long transaction of another role;
+--   writer  the application: INSERT on the outbox table and nothing else (the doorbell
+--           trigger runs with its owner's rights).
+-- Row-level security on the outbox table would hide rows from the relay: it refuses to
+-- start unless its role bypasses it.
+\set ON_ERROR_STOP on
+\set doorbell :table '_doorbell'
+\set relay_state :table '_relay_state'
+\set lease_log :table '_lease_log'
+
+GRANT USAGE ON SCHEMA :"schema" TO :"relay", :"writer";
+
+GRANT INSERT ON :"schema".:"table" TO :"writer";
+
+GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
+GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";
+GRANT SELECT, INSERT, UPDATE ON :"schema".:"relay_state" TO :"relay";
+GRANT SELECT, INSERT ON :"schema".:"lease_log" TO :"relay";
+GRANT SELECT ON :"schema".outbox_relay_schema TO :"relay";
+GRANT pg_read_all_stats TO :"relay";
