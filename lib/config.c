@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
@@ -77,6 +78,37 @@ int config_check_table(const char *v, char *err, size_t errlen)
         return set_err(err, errlen,
                        "expected [schema.]table of letters, digits and '_' (each part 1..63 "
                        "characters, not starting with a digit), got '%s'", v);
+    /* the longest name derived from it, "<table>_lease_log_partition_idx", must fit in 63 */
+    if (strlen(dot ? dot + 1 : v) > 39)
+        return set_err(err, errlen, "the table name '%s' is longer than 39 characters, too long "
+                       "for the names derived from it (such as <table>_lease_log_partition_idx, "
+                       "63 at most)", dot ? dot + 1 : v);
+    return 0;
+}
+
+static int check_topic_allow(const char *v, char *err, size_t errlen)
+{
+    for (const char *p = v; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0)
+            return set_err(err, errlen, "expected comma-separated glob patterns, got an empty one in '%s'", v);
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+int config_topic_allowed(const char *allow, const char *topic)
+{
+    if (!allow || !allow[0])
+        return topic[0] != '_';
+    char pattern[256];
+    for (const char *p = allow; *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(pattern, sizeof(pattern), "%.*s", (int)n, p);
+        if (fnmatch(pattern, topic, 0) == 0)
+            return 1;
+        p += n + (p[n] == ',');
+    }
     return 0;
 }
 
@@ -196,10 +228,14 @@ static const struct setting settings[] = {
      "libpq conninfo or URI; empty uses libpq's PG* variables. Prefer OUTBOX_PG_DSN_FILE or a "
      "passfile for secrets"},
     {"OUTBOX_TABLE", "table", SETTING_STRING, OFF(table), "public.outbox", 0, 0, config_check_table,
-     "outbox table, [schema.]name (without a schema: public)"},
+     "outbox table, [schema.]name (without a schema: public; the name at most 39 characters)"},
     {"OUTBOX_TOPIC_TEMPLATE", "topic-template", SETTING_STRING, OFF(topic_template),
      "outbox.event.{aggregate_type}", 0, 0, config_check_topic_template,
      "topic for rows whose topic column is NULL; placeholders {aggregate_type}, {event_type}"},
+    {"OUTBOX_TOPIC_ALLOW", "topic-allow", SETTING_STRING, OFF(topic_allow), "", 0, 0,
+     check_topic_allow,
+     "topics rows may be published to: comma-separated glob patterns (e.g. orders.*,payments.*); "
+     "empty allows any name not starting with '_'. A row naming another topic is parked"},
     {"OUTBOX_BATCH_SIZE", "batch-size", SETTING_INT, OFF(batch_size), "1000", 1, 100000, NULL,
      "rows per claim"},
     {"OUTBOX_POLL_INTERVAL_MS", "poll-interval-ms", SETTING_INT, OFF(poll_interval_ms), "200", 1,

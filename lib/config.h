@@ -18,6 +18,7 @@ struct config {
     char *pg_dsn;
     char *table;
     char *topic_template;
+    char *topic_allow; /* comma-separated glob patterns; "" = any name not starting with '_' */
     char *notify_channel;
     int batch_size;
     int poll_interval_ms;
@@ -70,6 +71,8 @@ int config_parse_duration(const char *s, int *seconds);
 /* Validates a topic template: only {aggregate_type} and {event_type} placeholders,
  * and otherwise characters Kafka allows in topic names. */
 int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
+/* Whether rows may name this topic under OUTBOX_TOPIC_ALLOW (allow: the setting's value). */
+int config_topic_allowed(const char *allow, const char *topic);
 
 void config_print_help(FILE *out);
 /* Prints the settings table as Markdown (the README's configuration reference). */

@@ -12,6 +12,12 @@ void log_setup(enum log_level level, enum log_format format);
 int log_enabled(enum log_level level);
 void log_msg(enum log_level level, const char *fmt, ...) PRINTF_LIKE(2, 3);
 
+/* Appends text (len bytes) to out as one safe log line: valid UTF-8 is kept, control
+ * characters become \n \r \t or \xHH, and bytes that are not UTF-8 become \xHH. Pure. */
+void log_escape(const char *text, size_t len, struct strbuf *out);
+/* The longest prefix of s (len bytes) that does not end inside a UTF-8 sequence. */
+size_t log_utf8_cut(const char *s, size_t len);
+
 /* Parses "debug|info|warn|error" / "text|json"; 0 on success, -1 otherwise. */
 int log_level_parse(const char *s, enum log_level *out);
 int log_format_parse(const char *s, enum log_format *out);

@@ -82,8 +82,10 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
     json_object_foreach(root, name, value) {
         if (!json_is_string(value))
             return set_err(err, errlen, "headers: member '%s' is not a string", name);
-        if (strcmp(name, "event_id") == 0)
-            return set_err(err, errlen, "headers: 'event_id' is reserved for the row's event_id");
+        if (strcmp(name, "event_id") == 0 || strcmp(name, "event_type") == 0 ||
+            strcmp(name, "aggregate_type") == 0)
+            return set_err(err, errlen, "headers: '%s' is reserved for the row's %s column",
+                           name, name);
         if (name[0] == '\0')
             return set_err(err, errlen, "headers: empty header name");
         if (add_header(msg, name, json_string_value(value)) != 0)

@@ -167,11 +167,13 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "  coalesce(to_char(query_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '') AS query_start"
         " FROM pg_stat_activity"
         " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        "  AND datname = current_database()"
         "  AND clock_timestamp() - xact_start > make_interval(secs => $1::int)"
         " UNION ALL"
         " SELECT 0, transaction::text, extract(epoch FROM clock_timestamp() - prepared),"
         "  'prepared transaction ' || gid, owner::text, ''"
         " FROM pg_prepared_xacts WHERE clock_timestamp() - prepared > make_interval(secs => $1::int)"
+        "  AND database = current_database()"
         ") l ORDER BY age DESC LIMIT 1");
 
     strbuf_init(&sb);

@@ -104,6 +104,13 @@ void produce_claimed(struct relay *r)
             poison_park_row(r, slot, &row, reason);
             continue;
         }
+        if (!config_topic_allowed(r->cfg->topic_allow, msg.topic)) {
+            snprintf(reason, sizeof(reason), "topic %s is not allowed by OUTBOX_TOPIC_ALLOW (%s)",
+                     msg.topic, r->cfg->topic_allow[0] ? r->cfg->topic_allow : "any name not starting with '_'");
+            message_destroy(&msg);
+            poison_park_row(r, slot, &row, reason);
+            continue;
+        }
         rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
                                                row.payload ? row.payload_len : 0, row.created_ms,
                                                row.id);

@@ -4,6 +4,11 @@
 #   kafka.sh start DIR PORT     format DIR, start a broker on 127.0.0.1:PORT, wait until it serves
 #   kafka.sh stop DIR           SIGTERM, then SIGKILL after 20 s
 #   kafka.sh kill DIR           SIGKILL at once
+#   kafka.sh cluster DIR PORT   three nodes (broker and controller each) on PORT, PORT+2 and
+#                               PORT+4 (controllers on +1), replication factor 3,
+#                               min.insync.replicas 2; node i lives in DIR/iN. Stop, kill and
+#                               start again one node with stop/kill/restart DIR/iN.
+#   kafka.sh restart DIR        starts a stopped node again with its existing data
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 jars=${KAFKA_JARS:-$HOME/.cache/outbox-relay/kafka-jars}
@@ -26,16 +31,16 @@ wait_port() { # port seconds
     return 1
 }
 
-start() {
-    local dir=$1 port=$2 cport=$(($2 + 1))
-    fetch
+# node DIR PORT ID VOTERS CLUSTER_ID RF: writes the node's settings and formats it, once.
+node() {
+    local dir=$1 port=$2 id=$3 voters=$4 cluster=$5 rf=$6 cport=$(($2 + 1)) isr=1
+    [ "$rf" -gt 1 ] && isr=2
     mkdir -p "$dir"
-    dir=$(cd "$dir" && pwd)
-    if [ ! -f "$dir/server.properties" ]; then
-        cat >"$dir/server.properties" <<PROPS
+    [ -f "$dir/server.properties" ] && return 0
+    cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$cport
+node.id=$id
+controller.quorum.voters=$voters
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 inter.broker.listener.name=PLAINTEXT
@@ -43,14 +48,16 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$dir/data
 num.partitions=6
+default.replication.factor=$rf
+min.insync.replicas=$isr
 auto.create.topics.enable=true
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
 share.coordinator.state.topic.num.partitions=1
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
@@ -58,7 +65,7 @@ num.io.threads=2
 background.threads=2
 log.cleaner.dedupe.buffer.size=8388608
 PROPS
-        cat >"$dir/log4j2.properties" <<'PROPS'
+    cat >"$dir/log4j2.properties" <<'PROPS'
 status = warn
 appender.err.type = Console
 appender.err.name = STDERR
@@ -68,20 +75,58 @@ appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = warn
 rootLogger.appenderRef.err.ref = STDERR
 PROPS
-        java -cp "$jars/*" kafka.tools.StorageTool format -t "$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)" \
-            -c "$dir/server.properties" >"$dir/format.log" 2>&1
-    fi
+    echo "$port" >"$dir/port"
+    java -cp "$jars/*" kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" \
+        >"$dir/format.log" 2>&1
+}
+
+# launch DIR: runs the node in the background (its own session: no terminal signal reaches it)
+launch() {
+    local dir=$1
     KAFKA_HEAP=${KAFKA_HEAP:--Xms128m -Xmx512m}
     # shellcheck disable=SC2086
     setsid java $KAFKA_HEAP -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
         -Dlog4j2.configurationFile="$dir/log4j2.properties" \
         -cp "$jars/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 </dev/null &
     echo $! >"$dir/broker.pid"
-    if ! wait_port "$port" 90; then
-        echo "kafka.sh: broker on port $port did not come up; log: $dir/broker.log" >&2
+}
+
+wait_node() {
+    local dir=$1
+    if ! wait_port "$(cat "$dir/port")" 90; then
+        echo "kafka.sh: broker in $dir did not come up; log: $dir/broker.log" >&2
         tail -20 "$dir/broker.log" >&2
         return 1
     fi
+}
+
+cluster_id() { head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22; }
+
+start() {
+    local dir=$1 port=$2
+    fetch
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    node "$dir" "$port" 1 "1@127.0.0.1:$((port + 1))" "$(cluster_id)" 1
+    launch "$dir"
+    wait_node "$dir"
+}
+
+cluster() {
+    local dir=$1 port=$2 i voters="" id
+    fetch
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    id=$(cluster_id)
+    for i in 1 2 3; do voters+="${voters:+,}$i@127.0.0.1:$((port + 2 * (i - 1) + 1))"; done
+    for i in 1 2 3; do node "$dir/n$i" $((port + 2 * (i - 1))) "$i" "$voters" "$id" 3; done
+    for i in 1 2 3; do launch "$dir/n$i"; done
+    for i in 1 2 3; do wait_node "$dir/n$i" || return 1; done
+}
+
+restart() {
+    launch "$1"
+    wait_node "$1"
 }
 
 stop() {
@@ -103,5 +148,7 @@ fetch) fetch ;;
 start) start "$2" "$3" ;;
 stop) stop "$2" ;;
 kill) stop "$2" KILL ;;
-*) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR" >&2; exit 2 ;;
+cluster) cluster "$2" "$3" ;;
+restart) restart "$2" ;;
+*) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR | cluster DIR PORT | restart DIR" >&2; exit 2 ;;
 esac

@@ -7,7 +7,8 @@
 #   2. created_at two hours ahead (the broker rejects timestamps more than an hour ahead:
 #      INVALID_TIMESTAMP fails its whole batch, which the gapless producer turns into a fatal
 #      error): the row is isolated, its attempts counted, and it is parked with the reason,
-#      while the 1,000 normal rows, those sharing its Kafka partition included, are SENT.
+#      while the 1,000 normal rows, those sharing its Kafka partition included, are SENT;
+#   3. a row naming __consumer_offsets: parked (OUTBOX_TOPIC_ALLOW), never produced.
 . "$(dirname "$0")/lib.sh"
 setup_db
 topic="$TOPIC_PREFIX.order"
@@ -47,6 +48,17 @@ log "2. future row parked: $reason"
 grep -qi "timestamp" <<<"$reason" || fail "the parked row's reason does not name the timestamp: $reason"
 resets=$(grep -c "fatal producer error" "$WORK/relay-main.log" || true)
 log "2. fatal producer errors on the way: $resets"
+
+# ---- 3. a row naming an internal topic (not allowed by the default OUTBOX_TOPIC_ALLOW)
+psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, topic)
+       VALUES ('order', 'internal', 'Created', '{}', '__consumer_offsets')"
+ins 100 x "now()"
+internal_parked() {
+    rows_are 1 "aggregate_id = 'internal' AND status = 'FAILED' AND last_error LIKE '%not allowed by OUTBOX_TOPIC_ALLOW%'" &&
+        rows_are 0 "aggregate_id NOT IN ('future', 'internal') AND status <> 'SENT'"
+}
+wait_until 60 "the row naming __consumer_offsets parked, the others SENT" internal_parked
+log "3. internal topic refused: $(psqlc "SELECT last_error FROM outbox WHERE aggregate_id = 'internal'")"
 stop_relay main || fail "relay exited with $? on SIGTERM"
-CHECK_WHERE="aggregate_id <> 'future'" check "$topic" || fail "loss or disorder around hostile rows"
+CHECK_WHERE="aggregate_id NOT IN ('future', 'internal')" check "$topic" || fail "loss or disorder around hostile rows"
 log "ok"

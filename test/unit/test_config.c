@@ -116,6 +116,7 @@ static void test_invalid(void)
         {"OUTBOX_TOPIC_TEMPLATE=x.{aggregate_type", NULL, NULL, "OUTBOX_TOPIC_TEMPLATE"},
         {"OUTBOX_TABLE=public.out box", NULL, NULL, "OUTBOX_TABLE"},
         {"OUTBOX_TABLE=a.b.c", NULL, NULL, "OUTBOX_TABLE"},
+        {"OUTBOX_TABLE=public.a_table_name_of_more_than_thirty_nine_characters", NULL, NULL, "longer than 39"},
         {"OUTBOX_TABLE=x\"; drop table y", NULL, NULL, "OUTBOX_TABLE"},
         {"OUTBOX_NOTIFY_CHANNEL=bad-channel", NULL, NULL, "OUTBOX_NOTIFY_CHANNEL"},
         {"OUTBOX_LOG_LEVEL=loud", NULL, NULL, "OUTBOX_LOG_LEVEL"},
@@ -151,8 +152,20 @@ static void test_invalid(void)
     }
 }
 
+static void test_topic_allow(void)
+{
+    ok(config_topic_allowed("", "orders"), "default: a plain name is allowed");
+    ok(!config_topic_allowed("", "__consumer_offsets"), "default: internal topics are not");
+    ok(!config_topic_allowed("", "_schemas"), "default: no name starting with '_'");
+    ok(config_topic_allowed("orders.*,payments", "orders.created"), "glob matches");
+    ok(config_topic_allowed("orders.*,payments", "payments"), "second pattern matches");
+    ok(!config_topic_allowed("orders.*,payments", "payments.x"), "no pattern matches");
+    ok(!config_topic_allowed("orders.*", "_orders.x"), "patterns are anchored");
+}
+
 int main(void)
 {
+    test_topic_allow();
     test_defaults();
     test_env_and_flags();
     test_file_secret();

@@ -75,6 +75,8 @@ int main(void)
         {NULL, "bad topic!", "t", "not a valid Kafka topic"},
         {NULL, "..", "t", "not a valid Kafka topic"},
         {NULL, NULL, "events.{aggregate_type}", "not a valid Kafka topic"},
+        {"{\"event_type\": \"spoof\"}", NULL, "t", "reserved"},
+        {"{\"aggregate_type\": \"spoof\"}", NULL, "t", "reserved"},
     };
     for (size_t i = 0; i < sizeof(poison) / sizeof(poison[0]); i++) {
         row = base_row();
