@@ -25,7 +25,14 @@ KAFKA_HEAP="-Xms64m -Xmx384m" bash "$RELAYTEST_SRC/test/env/kafka.sh" cluster "$
 BOOTSTRAP=127.0.0.1:$base,127.0.0.1:$((base + 2)),127.0.0.1:$((base + 4))
 setup_db
 start_relay r >/dev/null
-writers 4 3000 200 &
+# writers keep committing through every kill: batches of 400 until told to stop
+steady_writers() {
+    while [ ! -e "$WORK/stop-writers" ]; do
+        writers 2 200 200
+        sleep 0.3
+    done
+}
+steady_writers &
 writer=$!
 wait_until 120 "first rows relayed through the cluster" rows_at_least 1000 "status = 'SENT'"
 for n in 1 2 3; do
@@ -38,9 +45,10 @@ for n in 1 2 3; do
         start_relay r >/dev/null
     fi
     KAFKA_HEAP="-Xms64m -Xmx384m" bash "$RELAYTEST_SRC/test/env/kafka.sh" restart "$KC/n$n" || fail "broker $n did not come back"
-    log "broker $n back; $(count_status SENT) rows SENT so far"
+    log "broker $n back; $(count_status SENT) of $(count_where true) rows SENT so far"
     sleep 3
 done
+touch "$WORK/stop-writers"
 wait "$writer" || fail "writers failed"
 wait_until 180 "everything relayed after the broker kills" all_sent
 stop_relay r || fail "relay exited with $? on SIGTERM"
