@@ -47,4 +47,21 @@ writers 2 100 10
 psqlc "UPDATE outbox SET status = 'SENT', sent_at = now() - interval '1 hour' WHERE status = 'PENDING'"
 out=$("$RELAYTEST_RELAY_BIN" purge --json --retention 10m --pg-dsn "$DSN")
 [ "$out" = '{"deleted": 200}' ] || fail "purge --json: $out"
+
+# Retention (the relay's and purge's statement) deletes old SENT rows and nothing else:
+# PENDING and parked rows of any age stay, and so do recent SENT rows.
+psqlc "DELETE FROM outbox"
+mixed() { # n status sent_at
+    psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, sent_at, created_at)
+           SELECT 'order', 'm' || g, 'E', '{}', '$2', $3, now() - interval '2 days' FROM generate_series(1, $1) g"
+}
+mixed 5 PENDING NULL
+mixed 3 FAILED NULL
+mixed 4 SENT "now()"
+mixed 6 SENT "now() - interval '1 hour'"
+out=$("$RELAYTEST_RELAY_BIN" purge --json --retention 10m --pg-dsn "$DSN")
+[ "$out" = '{"deleted": 6}' ] || fail "purge with mixed rows: $out (want 6 old SENT rows deleted)"
+left=$(psqlc "SELECT string_agg(status || '=' || n, ' ' ORDER BY status) FROM (SELECT status, count(*) n FROM outbox GROUP BY 1) s")
+[ "$left" = "FAILED=3 PENDING=5 SENT=4" ] || fail "after retention: $left"
+log "retention with mixed rows: deleted the 6 old SENT rows; kept $left"
 log "ok"
