@@ -23,6 +23,9 @@ struct sink {
     ev_io wake_io;
     int brokers_down;
     int brokers_up; /* from the last statistics report; -1 before the first */
+    struct topic_parts *parts; /* partition count of each topic produced to, as first seen */
+    size_t n_parts;
+    uint64_t partition_changes;
     int fatal_reported;
 };
 
@@ -38,14 +41,64 @@ static const char *const producer_defaults[][2] = {
     {"compression.codec", "lz4"},
     {"client.id", "outbox-relay"},
     {"statistics.interval.ms", "5000"},
+    /* partition count changes are seen within this (librdkafka's default is 5 minutes) */
+    {"topic.metadata.refresh.interval.ms", "30000"},
 };
 
 /* Counts brokers in state UP from librdkafka's statistics JSON (loop thread). */
+struct topic_parts {
+    char *topic;
+    int count;
+};
+
+/* A topic whose partition count grows sends keys to other partitions (murmur2 modulo the
+ * count): later events of a key may land on another partition than its earlier ones, so
+ * per-key order across the change is not kept. Say so once per change. */
+static void note_partitions(struct sink *sk, const char *topic, int count)
+{
+    for (size_t i = 0; i < sk->n_parts; i++) {
+        struct topic_parts *t = &sk->parts[i];
+        if (strcmp(t->topic, topic) != 0)
+            continue;
+        if (count != t->count) {
+            log_warn("kafka: topic %s has %d partitions, was %d: keys now hash to other "
+                     "partitions, so per-key order across this change is not kept (consumers "
+                     "see a key's later events on another partition)", topic, count, t->count);
+            sk->partition_changes++;
+            t->count = count;
+        }
+        return;
+    }
+    sk->parts = xrealloc(sk->parts, (sk->n_parts + 1) * sizeof(*sk->parts));
+    sk->parts[sk->n_parts++] = (struct topic_parts){xstrdup(topic), count};
+}
+
+static void stats_topics(struct sink *sk, json_t *topics)
+{
+    const char *name;
+    json_t *t;
+    json_object_foreach(topics, name, t) {
+        json_t *parts = json_object_get(t, "partitions");
+        if (!json_is_object(parts))
+            continue;
+        int count = 0;
+        const char *id;
+        json_t *p;
+        json_object_foreach(parts, id, p)
+            count += strcmp(id, "-1") != 0; /* -1: librdkafka's unassigned queue */
+        if (count > 0)
+            note_partitions(sk, name, count);
+    }
+}
+
 static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 {
     (void)rk;
     struct sink *sk = opaque;
     json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *topics = root ? json_object_get(root, "topics") : NULL;
+    if (json_is_object(topics))
+        stats_topics(sk, topics);
     json_t *brokers = root ? json_object_get(root, "brokers") : NULL;
     if (json_is_object(brokers)) {
         int up = 0;
@@ -210,6 +263,11 @@ int sink_outq_len(struct sink *sk)
     return sk->rk ? rd_kafka_outq_len(sk->rk) : 0;
 }
 
+uint64_t sink_partition_changes(const struct sink *sk)
+{
+    return sk->partition_changes;
+}
+
 long long sink_max_message_bytes(struct sink *sk)
 {
     char buf[32];
@@ -286,6 +344,9 @@ void sink_free(struct sink *sk)
     }
     close(sk->wake[0]);
     close(sk->wake[1]);
+    for (size_t i = 0; i < sk->n_parts; i++)
+        free(sk->parts[i].topic);
+    free(sk->parts);
     free(sk);
 }
 

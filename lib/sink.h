@@ -46,6 +46,8 @@ int sink_outq_len(struct sink *sk);
 int sink_brokers_up(struct sink *sk);
 /* The producer's message.max.bytes: no message larger than this can be produced. */
 long long sink_max_message_bytes(struct sink *sk);
+/* Times a topic's partition count was seen to change (from librdkafka's statistics). */
+uint64_t sink_partition_changes(const struct sink *sk);
 /* Purges everything still queued or in flight and serves the failure reports
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);
