@@ -77,7 +77,7 @@ rootLogger.appenderRef.err.ref = STDERR
 PROPS
     echo "$port" >"$dir/port"
     java -cp "$jars/*" kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" \
-        >"$dir/format.log" 2>&1
+        >"$dir/format.log" 2>&1 || { echo "kafka.sh: formatting $dir failed:" >&2; cat "$dir/format.log" >&2; return 1; }
 }
 
 # launch DIR: runs the node in the background (its own session: no terminal signal reaches it)
@@ -100,7 +100,9 @@ wait_node() {
     fi
 }
 
-cluster_id() { head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22; }
+# A random cluster id (16 bytes, base64url). It never starts with '-', which the storage
+# tool's command line would take for an option.
+cluster_id() { echo "A$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c2-22)"; }
 
 start() {
     local dir=$1 port=$2
