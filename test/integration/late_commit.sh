@@ -44,7 +44,9 @@ p -c "BEGIN; INSERT INTO side_effect VALUES (1); SELECT pg_current_xact_id(); $(
 c=$!
 # Meanwhile other keys flow, so higher ids are published before the late rows commit.
 writers 4 200 50 order
-wait "$a" "$a2" "$b" "$b2" "$c" "$d" || fail "a late writer failed"
+for w in "$a" "$a2" "$b" "$b2" "$c" "$d"; do # one at a time: `wait a b` returns only b's status
+    wait "$w" || fail "a late writer (pid $w) failed"
+done
 wait_until 30 "late rows SENT" all_sent
 late_ids=$(psqlc "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox WHERE payload ? 'case' OR payload ? 'stall'")
 max_before=$(psqlc "SELECT count(*) FROM outbox o WHERE o.payload ? 'stall' AND EXISTS (SELECT 1 FROM outbox h WHERE h.id > o.id AND h.sent_at < o.sent_at)")
