@@ -95,8 +95,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
     strbuf_printf(&q,
                   "SELECT (%s) AS schema_version,"
                   " (SELECT count(*) FROM %s WHERE status = 'PENDING') AS pending_rows,"
-                  " (SELECT round(greatest(0, extract(epoch FROM clock_timestamp() -"
-                  "   min(created_at) FILTER (WHERE isfinite(created_at))))::numeric, 3)"
+                  " (SELECT round(" OUTBOX_OLDEST_AGE("created_at") "::numeric, 3)"
                   "   FROM %s WHERE status = 'PENDING') AS oldest_pending_age_seconds,"
                   " (SELECT count(*) FROM %s WHERE status = 'FAILED') AS failed_rows",
                   sql.version, t, t, t);

@@ -7,15 +7,6 @@
 #include "schema.h"
 #include "util.h"
 
-/* Expressions over a row's created_at that cannot throw, whatever an application wrote
- * (infinity, -infinity, dates before 1970): the Kafka timestamp in ms (the claim's time
- * when created_at is not a usable one), and the age of the oldest finite one. */
-#define CREATED_MS(col)                                                                        \
-    "(CASE WHEN isfinite(" col ") AND " col " >= 'epoch' THEN (extract(epoch FROM " col        \
-    ") * 1000)::int8 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::int8 END)"
-#define OLDEST_AGE(col)                                                                        \
-    "greatest(0, extract(epoch FROM clock_timestamp() - min(" col ") FILTER (WHERE isfinite(" col \
-    "))))"
 
 /* The topic template as a SQL expression over row alias p, so claims can skip paused
  * topics: 'outbox.event.' || p.aggregate_type. The template was validated (no quotes). */
@@ -72,7 +63,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
                   "  o.topic, CASE WHEN o.sz > $7::int8 THEN NULL ELSE o.payload::text END AS payload,"
                   "  o.headers::text AS headers,"
-                  "  " CREATED_MS("o.created_at") " AS created_ms, o.attempts,"
+                  "  " OUTBOX_CREATED_MS("o.created_at") " AS created_ms, o.attempts,"
                   "  o.lease_partition, o.sz"
                   " FROM unnest($4::int2[]) AS lp(part)"
                   " CROSS JOIN LATERAL ("
@@ -125,7 +116,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
                   "WHERE id = $1::int8 AND status = 'PENDING' RETURNING status, attempts, event_id,"
                   " aggregate_id, aggregate_type, event_type,"
-                  " " CREATED_MS("created_at"), t);
+                  " " OUTBOX_CREATED_MS("created_at"), t);
     sql->row_failed = sb.buf;
 
     strbuf_init(&sb);
@@ -152,7 +143,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "   AND lease_partition = lp ORDER BY id LIMIT 1) h)"
                   "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
                   " (SELECT min(id) FROM heads),"
-                  " (SELECT " OLDEST_AGE("created_at") " FROM heads),"
+                  " (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
                   " (SELECT max(id) FROM %s),"
                   " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
                   " pg_notification_queue_usage()",

@@ -38,6 +38,16 @@ struct outbox_sql {
     char *listen_setup;  /* the LISTEN connection's, or NULL without a doorbell */
 };
 
+/* Expressions over a row's created_at that cannot throw, whatever an application wrote
+ * (infinity, -infinity, dates before 1970): the Kafka timestamp in ms (the claim's time
+ * when created_at is not a usable one), and the age of the oldest finite one. */
+#define OUTBOX_CREATED_MS(col) \
+    "(CASE WHEN isfinite(" col ") AND " col " >= 'epoch' THEN (extract(epoch FROM " col        \
+    ") * 1000)::int8 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::int8 END)"
+#define OUTBOX_OLDEST_AGE(col) \
+    "greatest(0, extract(epoch FROM clock_timestamp() - min(" col ") FILTER (WHERE isfinite(" col \
+    "))))"
+
 /* Result columns, by statement: read them by these names, never by bare positions. */
 enum claim_col {
     CLAIM_ID, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,

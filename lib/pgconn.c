@@ -102,24 +102,24 @@ static void hostlist_init(struct hostlist *hl, const char *dsn)
                 hl->timeout_s = t < 2 ? 2 : t; /* libpq's own minimum */
         }
     }
-    char **list = NULL;
-    int n = host ? split_list(host, &list) : hostaddr ? split_list(hostaddr, &list) : 0;
-    if (n > 1) {
-        hl->n = n;
-        if (host)
-            hl->host = list;
+    /* the host list (host, or hostaddr alone) sets n; hostaddr and port lists are rotated
+     * with it when they have n entries (one port for every host needs no rotation) */
+    const char *lists[3] = {host, hostaddr, port};
+    char ***slots[3] = {&hl->host, &hl->hostaddr, &hl->port};
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!lists[i])
+            continue;
+        char **items;
+        int count = split_list(lists[i], &items);
+        if (n == 0 && i < 2)
+            n = count;
+        if (count == n && n > 1)
+            *slots[i] = items;
         else
-            hl->hostaddr = list;
-        list = NULL;
-        if (host && hostaddr && split_list(hostaddr, &list) == n)
-            hl->hostaddr = list, list = NULL;
-        int np = 0;
-        if (port && (np = split_list(port, &list)) == n)
-            hl->port = list, list = NULL;
-        free_list(list, np);
-        list = NULL;
+            free_list(items, count);
     }
-    free_list(list, n);
+    hl->n = n > 1 ? n : 0;
     PQconninfoFree(opts);
 }
 
@@ -247,14 +247,11 @@ static void start_connect(struct pgconn *pg)
 {
     /* Settings before dbname are defaults the DSN may override; those after it are forced:
      * the relay needs a primary. */
-    const char *keys[8] = {"fallback_application_name", "keepalives", "keepalives_idle",
-                           "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-                           "dbname", "target_session_attrs"};
-    const char *vals[8] = {"outbox-relay", "1", "5", "2", "3", "10000", pg->dsn, "read-write"};
-    const char *k[12], *v[12];
-    int n = 0;
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
-        k[n] = keys[i], v[n++] = vals[i];
+    const char *k[12] = {"fallback_application_name", "keepalives", "keepalives_idle",
+                         "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                         "dbname", "target_session_attrs"};
+    const char *v[12] = {"outbox-relay", "1", "5", "2", "3", "10000", pg->dsn, "read-write"};
+    int n = 8;
     char *host = NULL, *hostaddr = NULL, *port = NULL;
     const struct hostlist *hl = &pg->hosts;
     if (hl->n > 1) { /* start the round at first_host */

@@ -26,6 +26,7 @@ struct sink {
     struct topic_parts *parts; /* partition count of each topic produced to, as first seen */
     size_t n_parts;
     uint64_t partition_changes;
+    long long max_message_bytes; /* the producer's message.max.bytes, read when it is made */
     int fatal_reported;
 };
 
@@ -207,6 +208,10 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_opaque(conf, sk);
+    char max[32];
+    size_t maxlen = sizeof(max);
+    sk->max_message_bytes = rd_kafka_conf_get(conf, "message.max.bytes", max, &maxlen) == RD_KAFKA_CONF_OK
+                                ? atoll(max) : 1000000;
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
     if (!rk) {
         rd_kafka_conf_destroy(conf);
@@ -268,13 +273,9 @@ uint64_t sink_partition_changes(const struct sink *sk)
     return sk->partition_changes;
 }
 
-long long sink_max_message_bytes(struct sink *sk)
+long long sink_max_message_bytes(const struct sink *sk)
 {
-    char buf[32];
-    size_t len = sizeof(buf);
-    if (rd_kafka_conf_get(rd_kafka_conf(sk->rk), "message.max.bytes", buf, &len) != RD_KAFKA_CONF_OK)
-        return 1000000;
-    return atoll(buf);
+    return sk->max_message_bytes;
 }
 
 int sink_brokers_up(struct sink *sk)

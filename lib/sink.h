@@ -45,7 +45,7 @@ int sink_outq_len(struct sink *sk);
 /* Brokers connected (from librdkafka's statistics every 5 s; 0 after "all brokers down"). */
 int sink_brokers_up(struct sink *sk);
 /* The producer's message.max.bytes: no message larger than this can be produced. */
-long long sink_max_message_bytes(struct sink *sk);
+long long sink_max_message_bytes(const struct sink *sk);
 /* Times a topic's partition count was seen to change (from librdkafka's statistics). */
 uint64_t sink_partition_changes(const struct sink *sk);
 /* Purges everything still queued or in flight and serves the failure reports

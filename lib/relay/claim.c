@@ -10,7 +10,7 @@
 
 #define MARK_MAX_IDS 10000
 
-int claim_limit(const struct relay *r)
+static int claim_limit(const struct relay *r)
 {
     return r->reset.isolate_until_id ? 1 : r->cfg->batch_size;
 }
@@ -50,7 +50,7 @@ void claim_release(struct relay *r)
 
 /* Claim again at once after a full batch, soon after a partial one, and back off towards
  * OUTBOX_POLL_INTERVAL_MS while claims come back empty; once idle, arm the doorbell. */
-void poll_after_claim(struct relay *r, int rows, int limit)
+static void poll_after_claim(struct relay *r, int rows, int limit)
 {
     struct poll_state *p = &r->poll;
     if (rows >= limit && !r->reset.isolate_until_id) {

@@ -8,7 +8,7 @@
 #include "log.h"
 #include "relay_int.h"
 
-void poison_queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt)
+static void queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt)
 {
     struct poison_state *ps = &r->poison;
     ps->updates = xrealloc(ps->updates, (ps->n_updates + 1) * sizeof(*ps->updates));
@@ -37,7 +37,7 @@ void poison_judge_failures(struct relay *r)
             char reason[300];
             snprintf(reason, sizeof(reason), "Kafka rejected the message: %s",
                      rd_kafka_err2str(row->err));
-            poison_queue_update(r, row->id, reason, 1);
+            queue_update(r, row->id, reason, 1);
             window_set_state(&r->win, row, ROW_PARKING);
         } else if (row->id > r->reset.isolate_until_id) {
             r->reset.isolate_until_id = row->id;
@@ -92,7 +92,7 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
                      const char *reason)
 {
     window_set_state(&r->win, slot, ROW_PARKING);
-    poison_queue_update(r, row->id, reason, 0);
+    queue_update(r, row->id, reason, 0);
     dead_letter(r, row, reason);
     if (strcmp(r->cfg->poison_policy, "block") == 0) {
         struct claim_state *c = &r->claim;

@@ -170,14 +170,12 @@ int worker_busy(const struct relay *r);
 void worker_send_version(struct relay *r);
 
 /* claim.c */
-int claim_limit(const struct relay *r);
 int claim_quota(int limit, int nparts);
 int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
 void claim_send(struct relay *r);
 void mark_send(struct relay *r);
 void doorbell_send_arm(struct relay *r);
-void poll_after_claim(struct relay *r, int rows, int limit);
 void poll_init(struct relay *r);
 
 /* produce.c */
@@ -186,7 +184,6 @@ void produce_claimed(struct relay *r);
 extern const struct sink_callbacks produce_sink_callbacks;
 
 /* poison.c */
-void poison_queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt);
 void poison_judge_failures(struct relay *r);
 void poison_park_row(struct relay *r, struct inflight_row *slot, const struct outbox_row *row,
                      const char *reason);
