@@ -275,7 +275,8 @@ static const struct setting settings[] = {
      "SENT rows older than this are deleted in small batches; 0 keeps them"},
     {"OUTBOX_LONG_TRANSACTION_SECONDS", "long-transaction-seconds", SETTING_INT,
      OFF(long_tx_seconds), "30", 1, 86400, NULL,
-     "a transaction open longer than this is reported (log line and metric)"},
+     "a transaction open longer than this is reported (log line and metric), and so is a "
+     "replication slot or standby that holds the xmin horizon this long"},
     {"OUTBOX_RELAY_NAME", "relay-name", SETTING_STRING, OFF(relay_name), "", 0, 0,
      check_relay_name, "this relay's name (at most 50 printable ASCII characters) in logs, application_name and status; "
      "empty uses the host name"},

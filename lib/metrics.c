@@ -131,7 +131,8 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
     static const char *const reasons[] = {"postgres_unreachable", "kafka_unreachable",
                                           "lease_partitions_unowned", "topic_paused",
-                                          "parked_key", "long_transaction", "unknown"};
+                                          "parked_key", "long_transaction", "xmin_horizon_held",
+                                          "unknown"};
     for (size_t i = 0; i < ARRAY_LEN(reasons); i++)
         strbuf_printf(o, "outbox_stalled{reason=\"%s\"} %d\n", reasons[i],
                       m->stall_reason && strcmp(m->stall_reason, reasons[i]) == 0);
@@ -153,6 +154,17 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
         strbuf_puts(o, "\",usename=\"");
         label_value(o, m->long_tx_user);
         strbuf_printf(o, "\"} %.3f\n", m->long_tx_age_seconds);
+    }
+
+    head(o, "outbox_xmin_horizon_held_seconds", "gauge",
+         "How long a replication slot or standby has held the xmin horizon older than any "
+         "running transaction (holds back vacuum), once past the long-transaction threshold.");
+    if (m->xmin_holder_seconds > 0) {
+        strbuf_puts(o, "outbox_xmin_horizon_held_seconds{kind=\"");
+        label_value(o, m->xmin_holder_kind);
+        strbuf_puts(o, "\",name=\"");
+        label_value(o, m->xmin_holder_name);
+        strbuf_printf(o, "\"} %.3f\n", m->xmin_holder_seconds);
     }
 
     counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);

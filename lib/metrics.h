@@ -76,6 +76,10 @@ struct metrics {
     char long_tx_xid[24];
     char long_tx_application[64];
     char long_tx_user[64];
+    /* a replication slot or standby that held the xmin horizon back longer than the threshold */
+    double xmin_holder_seconds;  /* 0: none */
+    char xmin_holder_kind[24];   /* "replication slot" or "standby" */
+    char xmin_holder_name[64];
     /* histograms */
     struct histogram latency;    /* created_at -> Kafka acknowledgement, seconds */
     struct histogram batch_rows; /* rows per claim */

@@ -12,7 +12,7 @@
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
 
-enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_PURGE };
+enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_PURGE };
 
 struct monitor {
     struct ev_loop *loop;
@@ -30,10 +30,15 @@ struct monitor {
     long long purge_cycle_deleted;
     int long_tx_reported_pid;
     char long_tx_reported_xid[24];
+    /* the oldest xmin holder seen (kind, name, xmin) and since when it holds that xmin */
+    char holder[160];
+    ev_tstamp holder_since;
+    int holder_reported;
 };
 
 static void next(struct monitor *mon);
 static void long_tx_done(void *ctx, PGresult *res);
+static void xmin_holder_done(void *ctx, PGresult *res);
 
 static void failed(struct monitor *mon, const char *what, PGresult *res)
 {
@@ -126,6 +131,57 @@ static void long_tx_done(void *ctx, PGresult *res)
         mon->long_tx_reported_xid[0] = '\0';
     } else {
         failed(mon, "long transaction check", res);
+    }
+    PQclear(res);
+    mon->step = STEP_XMIN_HOLDER;
+    if (pgconn_query(mon->conn, mon->sql->xmin_holder, 0, NULL, xmin_holder_done, mon) != 0)
+        mon->step = STEP_IDLE;
+}
+
+static void holder_clear(struct monitor *mon)
+{
+    if (mon->holder_reported)
+        log_info("the xmin horizon is no longer held back by %s", mon->holder);
+    mon->holder[0] = '\0';
+    mon->holder_reported = 0;
+    mon->m->xmin_holder_seconds = 0;
+    mon->m->xmin_holder_kind[0] = mon->m->xmin_holder_name[0] = '\0';
+}
+
+/* The same holder with the same xmin on every check since holder_since: reported once it
+ * held it longer than the long-transaction threshold. */
+static void xmin_holder_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    struct metrics *m = mon->m;
+    mon->step = STEP_IDLE;
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
+        char holder[160];
+        snprintf(holder, sizeof(holder), "%s '%s' (xmin %s)", PQgetvalue(res, 0, 0),
+                 PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+        ev_tstamp now = ev_now(mon->loop);
+        if (strcmp(holder, mon->holder) != 0) {
+            holder_clear(mon);
+            snprintf(mon->holder, sizeof(mon->holder), "%s", holder);
+            mon->holder_since = now;
+        }
+        if (now - mon->holder_since >= mon->cfg->long_tx_seconds) {
+            m->xmin_holder_seconds = now - mon->holder_since;
+            snprintf(m->xmin_holder_kind, sizeof(m->xmin_holder_kind), "%s", PQgetvalue(res, 0, 0));
+            snprintf(m->xmin_holder_name, sizeof(m->xmin_holder_name), "%s", PQgetvalue(res, 0, 1));
+            if (!mon->holder_reported)
+                log_warn("the xmin horizon is held back by %s, pid=%s, for at least %.0fs and "
+                         "%s transactions: it holds back vacuum as a long transaction would; "
+                         "see pg_replication_slots and pg_stat_replication (hot_standby_feedback "
+                         "with a long query on the standby, or a slot nobody uses)",
+                         mon->holder, PQgetvalue(res, 0, 3), m->xmin_holder_seconds,
+                         PQgetvalue(res, 0, 4));
+            mon->holder_reported = 1;
+        }
+    } else if (pgconn_result_ok(res)) {
+        holder_clear(mon);
+    } else {
+        failed(mon, "xmin horizon check", res);
     }
     PQclear(res);
     next(mon);

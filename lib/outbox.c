@@ -167,6 +167,23 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "  AND database = current_database()"
         ") l ORDER BY age DESC LIMIT 1");
 
+    /* A replication slot (physical, or logical of this database) or a standby's feedback
+     * whose xmin is older than the oldest transaction running now holds back vacuum as a
+     * long transaction would; its age in time is not recorded anywhere, so the monitor
+     * times how long the same xmin stays. */
+    sql->xmin_holder = xstrdup(
+        "SELECT kind, name, xmin::text, pid, age(xmin) FROM ("
+        " SELECT 'replication slot' AS kind, slot_name::text AS name, xmin,"
+        "  coalesce(active_pid, 0) AS pid"
+        " FROM pg_replication_slots WHERE xmin IS NOT NULL"
+        "  AND (database IS NULL OR database = current_database())"
+        " UNION ALL"
+        " SELECT 'standby', coalesce(nullif(application_name, ''), host(client_addr), 'walsender'),"
+        "  backend_xmin, pid FROM pg_stat_replication WHERE backend_xmin IS NOT NULL"
+        ") h WHERE age(xmin) > (SELECT age(backend_xmin) FROM pg_stat_activity"
+        "  WHERE pid = pg_backend_pid())"
+        " ORDER BY age(xmin) DESC, kind, name LIMIT 1");
+
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "WITH w AS (SELECT id, status, sent_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
@@ -269,7 +286,8 @@ int outbox_lease_key(const char *table)
 void outbox_sql_destroy(struct outbox_sql *sql)
 {
     char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
-                    &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->purge,
+                    &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
+                    &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {

@@ -24,6 +24,7 @@ struct outbox_sql {
     char *start_check;   /* $1 table: version, and whether row-level security hides rows */
     char *stats;         /* $1 count cap */
     char *long_tx;       /* $1 threshold seconds */
+    char *xmin_holder;   /* the replication slot or standby holding the xmin horizon, if any */
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
     char *duplicates;    /* rows a previous relay may have published: PENDING below its claim mark */
     char *topic_expr;    /* SQL expression of a row's topic (alias p) */

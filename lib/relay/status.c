@@ -37,6 +37,8 @@ static const char *stall_reason(struct relay *r)
         return "parked_key";
     if (r->m.long_tx_pid || r->m.long_tx_xid[0])
         return "long_transaction";
+    if (r->m.xmin_holder_seconds > 0)
+        return "xmin_horizon_held";
     return "unknown";
 }
 
@@ -82,6 +84,16 @@ static void render_status(struct relay *r, struct strbuf *o)
         strbuf_puts(o, ",\"application_name\":");
         strbuf_json_string(o, m->long_tx_application, strlen(m->long_tx_application));
         strbuf_puts(o, "}");
+    } else {
+        strbuf_puts(o, "null");
+    }
+    strbuf_puts(o, ",\"xmin_horizon_held\":");
+    if (m->xmin_holder_seconds > 0) {
+        strbuf_puts(o, "{\"kind\":");
+        strbuf_json_string(o, m->xmin_holder_kind, strlen(m->xmin_holder_kind));
+        strbuf_puts(o, ",\"name\":");
+        strbuf_json_string(o, m->xmin_holder_name, strlen(m->xmin_holder_name));
+        strbuf_printf(o, ",\"seconds\":%.1f}", m->xmin_holder_seconds);
     } else {
         strbuf_puts(o, "null");
     }
