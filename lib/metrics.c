@@ -201,6 +201,10 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
     gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
           (double)m->lease_relays);
+    counter(o, "outbox_partition_share_held_back_total",
+            "Claimed rows left PENDING because their Kafka partition held its share of the "
+            "in-flight window (a partition without a leader, or a slow one).",
+            m->share_held_back_total);
     counter(o, "outbox_topic_partition_changes_total",
             "Times a topic's partition count changed: per-key order across the change is not kept.",
             m->topic_partition_changes_total);

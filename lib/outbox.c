@@ -74,6 +74,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
                   "   AND p.id <> ALL($1::int8[])%s"
                   "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
+                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
                   "  ORDER BY p.id LIMIT $5) o"
                   " ORDER BY o.id LIMIT $2),"
                   " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM c)"

@@ -14,7 +14,7 @@
 struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
                             $5 limit per partition, $6 payload bytes budget, $7 largest
-                            payload fetched */
+                            payload fetched, $8 keys held back (kshare.h) */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */

@@ -67,11 +67,15 @@ static void note_partitions(struct sink *sk, const char *topic, int count)
                      "see a key's later events on another partition)", topic, count, t->count);
             sk->partition_changes++;
             t->count = count;
+            if (sk->cb.on_partitions)
+                sk->cb.on_partitions(sk->ctx, topic, count);
         }
         return;
     }
     sk->parts = xrealloc(sk->parts, (sk->n_parts + 1) * sizeof(*sk->parts));
     sk->parts[sk->n_parts++] = (struct topic_parts){xstrdup(topic), count};
+    if (sk->cb.on_partitions)
+        sk->cb.on_partitions(sk->ctx, topic, count);
 }
 
 static void stats_topics(struct sink *sk, json_t *topics)

@@ -19,6 +19,8 @@ struct sink_callbacks {
                         int maybe_persisted);
     /* The producer hit a fatal error; the owner must call sink_recreate. */
     void (*on_fatal)(void *ctx, const char *reason);
+    /* A topic's partition count, when first seen and whenever it changes. */
+    void (*on_partitions)(void *ctx, const char *topic, int count);
 };
 
 /* Builds the producer from cfg->kafka over the defaults (idempotence, acks=all,

@@ -79,6 +79,13 @@ static void poll_after_claim(struct relay *r, int rows, int limit)
     ev_timer_start(r->loop, &p->timer);
 }
 
+/* Nothing of the last claim could go out (its Kafka partitions hold their shares): claim
+ * again after the idle delay rather than at once. */
+void claim_back_off(struct relay *r)
+{
+    poll_after_claim(r, 0, claim_limit(r));
+}
+
 static void poll_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
@@ -124,6 +131,7 @@ static void claim_ok(struct relay *r, PGresult *res)
             .attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
             .partition = part,
             .bytes = strtoll(PQgetvalue(res, i, CLAIM_PAYLOAD_BYTES), NULL, 10),
+            .kslot = -1,
             .state = ROW_QUEUED,
         };
         /* a partition that filled its quota may have more: then claim again at once */
@@ -153,7 +161,7 @@ static const struct worker_stmt claim_stmt = {
 
 void claim_send(struct relay *r)
 {
-    struct strbuf ids, paused, parts;
+    struct strbuf ids, paused, parts, held;
     strbuf_init(&parts);
     int nparts = lease_active_literal(r, &parts);
     if (!nparts) {
@@ -162,22 +170,25 @@ void claim_send(struct relay *r)
     }
     strbuf_init(&ids);
     strbuf_init(&paused);
+    strbuf_init(&held);
     window_ids_literal(&r->win, ~0u, 0, &ids);
     pauses_literal(&r->paused, &paused);
+    kshare_held_literal(&r->kshare, &held);
     char limit[16], quota[16], budget[24], largest[24];
     r->claim.quota = claim_quota(claim_limit(r), nparts);
     snprintf(limit, sizeof(limit), "%d", claim_limit(r));
     snprintf(quota, sizeof(quota), "%d", r->claim.quota);
     snprintf(budget, sizeof(budget), "%lld", (long long)(r->cfg->max_inflight_bytes - r->win.bytes));
     snprintf(largest, sizeof(largest), "%lld", sink_max_message_bytes(r->sink));
-    const char *params[7] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest};
-    if (worker_send(r, &claim_stmt, r->sql.claim, 7, params) == 0) {
+    const char *params[8] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf};
+    if (worker_send(r, &claim_stmt, r->sql.claim, 8, params) == 0) {
         r->claim.wanted = 0;
         ev_timer_stop(r->loop, &r->poll.timer);
     }
     strbuf_destroy(&parts);
     strbuf_destroy(&ids);
     strbuf_destroy(&paused);
+    strbuf_destroy(&held);
 }
 
 /* ---- mark ---------------------------------------------------------------------- */

@@ -110,6 +110,26 @@ void produce_claimed(struct relay *r)
             poison_park_row(r, slot, &row, reason);
             continue;
         }
+        int kslot = kshare_slot(&r->kshare, msg.topic, row.aggregate_id, strlen(row.aggregate_id));
+        int first;
+        enum kshare_verdict verdict = kshare_admit(&r->kshare, kslot, row.aggregate_id, &first);
+        if (verdict != KSHARE_ADMIT) {
+            if (first)
+                log_warn("kafka: partition %d of %s holds %d rows unacknowledged, its share of "
+                         "the in-flight window (a partition without a leader?): rows of its keys "
+                         "wait PENDING so that the other partitions keep flowing",
+                         kshare_partition(kslot), msg.topic, kshare_inflight(&r->kshare, kslot));
+            message_destroy(&msg);
+            if (verdict == KSHARE_HOLD_ALL) { /* no room to hold its key: the rest waits */
+                r->m.share_held_back_total += (uint64_t)(n - r->claim.next);
+                claim_release(r);
+                claim_back_off(r);
+                return;
+            }
+            window_remove_one(&r->win, slot); /* stays PENDING; claimed again when it drains */
+            r->m.share_held_back_total++;
+            continue;
+        }
         rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
                                                row.payload ? row.payload_len : 0, row.created_ms,
                                                row.id);
@@ -125,11 +145,25 @@ void produce_claimed(struct relay *r)
             row_failed(r, slot, err, msg.topic, 0, "produce to");
         } else {
             window_set_state(&r->win, slot, ROW_PRODUCED);
+            slot->kslot = kslot;
+            kshare_produced(&r->kshare, kslot, slot->bytes);
         }
         message_destroy(&msg);
     }
     if (r->claim.next >= n)
         claim_release(r);
+}
+
+/* A row left the producer (delivered, failed, or the producer was recreated). */
+void produce_left(struct relay *r, struct inflight_row *row)
+{
+    int freed = kshare_left(&r->kshare, row->kslot, row->bytes);
+    if (freed) {
+        log_info("kafka: partition %d of %s drained; its %d held keys are claimed again",
+                 kshare_partition(row->kslot), kshare_topic(&r->kshare, row->kslot), freed);
+        r->claim.wanted = 1;
+    }
+    row->kslot = -1;
 }
 
 /* ---- Kafka callbacks (loop thread, from sink_poll) ---------------------------------- */
@@ -149,6 +183,7 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, cons
         log_warn("kafka: delivery report for row %lld that is not in flight", (long long)row_id);
         return;
     }
+    produce_left(r, row);
     if (err) {
         log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
                   topic ? topic : "?", rd_kafka_err2name(err));
@@ -187,4 +222,10 @@ static void on_fatal(void *ctx, const char *reason)
     relay_want_kick(r);
 }
 
-const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal};
+static void on_partitions(void *ctx, const char *topic, int count)
+{
+    struct relay *r = ctx;
+    kshare_set_count(&r->kshare, topic, count);
+}
+
+const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal, on_partitions};

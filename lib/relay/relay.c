@@ -186,6 +186,9 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->m.table = cfg->table;
     outbox_sql_init(&r->sql, cfg);
     poll_init(r);
+    /* A Kafka partition may hold a quarter of the window (rows and bytes), at least a claim. */
+    kshare_init(&r->kshare, cfg->max_inflight / 4 > cfg->batch_size ? cfg->max_inflight / 4 : cfg->batch_size,
+                cfg->max_inflight_bytes / 4);
     reset_init(r);
     lease_init(r);
     status_init(r);
@@ -264,6 +267,7 @@ void relay_free(struct relay *r)
     free(r->lease.events);
     window_destroy(&r->win);
     pauses_destroy(&r->paused);
+    kshare_destroy(&r->kshare);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

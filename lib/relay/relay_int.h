@@ -18,6 +18,7 @@
 #include "backoff.h"
 #include "config.h"
 #include "http.h"
+#include "kshare.h"
 #include "lease.h"
 #include "message.h"
 #include "metrics.h"
@@ -138,6 +139,7 @@ struct relay {
     struct reset_state reset;
     struct poison_state poison;
     struct pauses paused;
+    struct kshare kshare; /* Kafka partitions' shares of the window */
     struct lease_set lease;
     struct report_state report;
 
@@ -173,6 +175,7 @@ void worker_send_version(struct relay *r);
 int claim_quota(int limit, int nparts);
 int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
+void claim_back_off(struct relay *r);
 void claim_send(struct relay *r);
 void mark_send(struct relay *r);
 void doorbell_send_arm(struct relay *r);
@@ -181,6 +184,7 @@ void poll_init(struct relay *r);
 /* produce.c */
 enum failure_reason produce_classify(rd_kafka_resp_err_t err);
 void produce_claimed(struct relay *r);
+void produce_left(struct relay *r, struct inflight_row *row);
 extern const struct sink_callbacks produce_sink_callbacks;
 
 /* poison.c */

@@ -69,10 +69,12 @@ void reset_advance(struct relay *r)
         /* Reports the old producer never gave: those rows were not acknowledged. */
         for (size_t i = 0; i < r->win.n; i++)
             if (r->win.rows[i].state == ROW_PRODUCED) {
+                r->win.rows[i].kslot = -1;
                 r->win.rows[i].fail = FAILURE_PRODUCER;
                 r->win.rows[i].maybe_persisted = 1; /* no report: unknown, count it */
                 window_set_state(&r->win, &r->win.rows[i], ROW_FAILED);
             }
+        kshare_clear(&r->kshare); /* the new producer holds nothing */
     }
     if (window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING) |
                                   ROW_MASK(ROW_FAILED) | ROW_MASK(ROW_PARKING)) ||

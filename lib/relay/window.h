@@ -26,6 +26,7 @@ struct inflight_row {
     int attempts;
     int partition; /* lease partition */
     int64_t bytes; /* payload bytes */
+    int kslot;     /* its Kafka partition's share while in the producer (kshare.h), or -1 */
     enum row_state state;
     rd_kafka_resp_err_t err; /* delivery error while ROW_FAILED */
     enum failure_reason fail;

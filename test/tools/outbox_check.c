@@ -3,6 +3,7 @@
  *
  *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact]
  *                [--no-partition-check]
+ *   outbox-check --partition-of COUNT   (keys on stdin, one per line: "key<TAB>partition")
  *
  * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id".
  * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
@@ -141,6 +142,17 @@ int main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
     int exact = 0, partition_check = 1, verbose = 0;
+    if (argc == 3 && !strcmp(argv[1], "--partition-of")) { /* the Java client's partition */
+        int count = atoi(argv[2]);
+        char line[4096];
+        if (count < 1)
+            return 2;
+        while (fgets(line, sizeof(line), stdin)) {
+            line[strcspn(line, "\n")] = '\0';
+            printf("%s\t%d\n", line, kafka_key_partition(line, strlen(line), count));
+        }
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
             bootstrap = argv[++i];
