@@ -9,6 +9,7 @@
 setup_db
 topic="$TOPIC_PREFIX.order"
 start_mock --brokers 3 --topic "$topic:6"
+mock leader "$topic" 0 1 # while it is empty: the leader it gets back at the end
 RELAY_ENV=(OUTBOX_MAX_INFLIGHT=600 OUTBOX_BATCH_SIZE=100)
 start_relay main >/dev/null
 

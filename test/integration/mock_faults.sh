@@ -23,6 +23,9 @@ writers 4 250 100
 sleep 2
 mock up 2
 mock rtt 1 0
+# No leader moves here: librdkafka's mock cluster then acknowledges messages that are
+# not in its partition logs, with no relay involved (test/tools/mock_probe.c; figures in
+# docs/RELIABILITY.md). Leader moves are tested on a real cluster (kafka_cluster).
 writers 4 500 100                       # crosses the fatal-error hook at 3000 acks
 wait_until 120 "all rows SENT after the faults" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
