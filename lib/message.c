@@ -49,10 +49,16 @@ int message_topic_valid(const char *name)
 
 static int add_header(struct message *msg, const char *name, const char *value)
 {
-    if (msg->n_headers == MESSAGE_MAX_HEADERS)
+    if (msg->n_headers >= MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS)
         return -1;
     msg->headers[msg->n_headers++] = (struct message_header){name, value};
     return 0;
+}
+
+void message_add_relay_header(struct message *msg, const char *name, const char *value)
+{
+    if (msg->n_headers < MESSAGE_MAX_HEADERS)
+        msg->headers[msg->n_headers++] = (struct message_header){name, value};
 }
 
 void message_destroy(struct message *msg)
@@ -86,10 +92,13 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
             strcmp(name, "aggregate_type") == 0)
             return set_err(err, errlen, "headers: '%s' is reserved for the row's %s column",
                            name, name);
+        if (strcmp(name, "outbox_relay") == 0 || strcmp(name, "outbox_lease") == 0)
+            return set_err(err, errlen, "headers: '%s' is reserved for the relay", name);
         if (name[0] == '\0')
             return set_err(err, errlen, "headers: empty header name");
         if (add_header(msg, name, json_string_value(value)) != 0)
-            return set_err(err, errlen, "headers: more than %d headers", MESSAGE_MAX_HEADERS - 3);
+            return set_err(err, errlen, "headers: more than %d headers",
+                           MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS - 3);
     }
     return 0;
 }

@@ -30,6 +30,7 @@ struct message_header {
 };
 
 #define MESSAGE_MAX_HEADERS 64
+#define MESSAGE_RELAY_HEADERS 2 /* outbox_relay, outbox_lease: added by the relay */
 
 struct message {
     char *topic; /* owned */
@@ -45,6 +46,9 @@ struct message {
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen);
 void message_destroy(struct message *msg);
+/* Adds one of the relay's own headers (room for MESSAGE_RELAY_HEADERS is kept); value is
+ * borrowed until the message is produced. */
+void message_add_relay_header(struct message *msg, const char *name, const char *value);
 
 /* Expands the topic template for a row; caller frees. */
 char *message_topic(const char *tmpl, const char *aggregate_type, const char *event_type);

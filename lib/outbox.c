@@ -222,9 +222,12 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "   WHERE l.p < %d AND l.pid NOT IN (SELECT pid FROM m))",
         OUTBOX_MEMBER_LOCK, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS);
     sql->lease_scan = sb.buf;
+    /* The acquisition's fencing token: the server's clock in microseconds when the lock was
+     * taken, after the previous holder's session let it go; carried in every message. */
     strbuf_init(&sb);
     strbuf_printf(&sb,
-                  "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay"
+                  "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay,"
+                  "  (extract(epoch FROM clock_timestamp()) * 1000000)::int8"
                   " FROM unnest($2::int[]) p"
                   " LEFT JOIN LATERAL (SELECT event, relay FROM %s.\"%s_lease_log\" l"
                   "  WHERE l.lease_partition = p ORDER BY id DESC LIMIT 1) last ON true",
@@ -246,15 +249,20 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     free(name);
 
     /* Session settings: the worker's statement timeout and keepalives follow the lease
-     * timeout (the server must notice a dead relay before the lease grace ends). */
+     * timeout (the server must notice a dead relay before the lease grace ends). A frozen
+     * process (SIGSTOP, a paused container) still answers keepalives from its kernel, so
+     * the session also ends when it sent nothing for 40% of the lease timeout (a live
+     * relay scans its leases every 20%). */
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
+                  "SET idle_session_timeout = %d; "
                   "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
                   "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
                   "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
                   "SET application_name = 'outbox-relay ",
-                  cfg->statement_timeout_ms, cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
+                  cfg->statement_timeout_ms, cfg->lease_timeout_ms * 2 / 5,
+                  cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
                   cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK);
     /* the name was validated: at most 50 printable ASCII characters; quotes are dropped */
     for (const char *c = cfg->relay_name ? cfg->relay_name : ""; *c; c++)

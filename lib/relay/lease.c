@@ -231,6 +231,8 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
             PQgetvalue(res, i, LEASE_ACQUIRE_LAST_HOLDER), r->lease.incarnation);
         int64_t wait = clean ? 0 : r->lease.grace_ms;
         r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
+        snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s", p,
+                 PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN));
         r->lease.part[p].publish_from_ms = now + wait;
         log_lease(r, p, "acquired", wall + wait, 0);
         got++;
@@ -365,12 +367,12 @@ int lease_send_next(struct relay *r)
     return -1;
 }
 
-/* Lease housekeeping on a timer: the client-side deadline, grace periods, and a scan. */
-static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+/* The client-side deadline: no answer on the worker session for deadline_ms means the
+ * server may have freed the locks; stop publishing every partition at once. Checked on
+ * the lease timer and before anything is produced (a process resumed after being frozen
+ * must not produce before it notices). */
+void lease_check_deadline(struct relay *r)
 {
-    (void)loop;
-    (void)revents;
-    struct relay *r = w->data;
     int64_t now = mono_ms();
     if (lease_count_held(r->lease.part) > 0 && now - r->lease.last_contact_ms > r->lease.deadline_ms) {
         char why[96];
@@ -379,6 +381,15 @@ static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         lease_lose_all(r, why);
         pgconn_reset(r->worker, why); /* a new session; the old one's locks go with it */
     }
+}
+
+/* Lease housekeeping on a timer: the client-side deadline, grace periods, and a scan. */
+static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    lease_check_deadline(r);
     r->lease.due = 1;
     relay_want_kick(r);
 }

@@ -19,6 +19,7 @@ enum lease_state { LEASE_FREE, LEASE_GRACE, LEASE_ACTIVE, LEASE_DRAINING };
 struct lease {
     enum lease_state state;
     int64_t publish_from_ms; /* monotonic; -1 while in the release statement in flight */
+    char token[48];          /* "partition/acquired µs": the outbox_lease header */
 };
 
 /* Partitions GRACE or ACTIVE (leases has OUTBOX_LEASE_PARTITIONS entries). */

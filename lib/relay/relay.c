@@ -27,6 +27,7 @@ static void kick(struct relay *r)
 {
     if (r->mode == MODE_DONE)
         return;
+    lease_check_deadline(r);
     sink_poll(r->sink);
     produce_claimed(r);
     if (r->mode == MODE_RESETTING)

@@ -9,28 +9,52 @@ topic="$TOPIC_PREFIX.order"
 start_mock --brokers 3 --topic "$topic:6"
 log "mock cluster at $BOOTSTRAP"
 
-RELAY_ENV=(OUTBOX_TESTHOOK_FATAL_AFTER=3000 OUTBOX_BATCH_SIZE=200)
+RELAY_ENV=(OUTBOX_TESTHOOK_FATAL_AFTER=3000 OUTBOX_BATCH_SIZE=200 OUTBOX_LOG_LEVEL=debug OUTBOX_KAFKA_DEBUG=msg)
 start_relay main >/dev/null
 writers 4 500 100                       # 2000 rows flow cleanly first
 wait_until 60 "first rows SENT" all_sent
+
+# Retriable errors: librdkafka retries them itself (no row fails); its debug log (debug=msg)
+# shows each one arriving.
+seen_errors() { grep -c "encountered error: Broker: $1" "$WORK/relay-main.log" || true; }
+[ "$(seen_errors 'Not leader for partition') $(seen_errors 'Request timed out')" = "0 0" ] ||
+    fail "Produce errors before any was injected"
 mock errors 6 NOT_LEADER_FOR_PARTITION REQUEST_TIMED_OUT
 writers 4 250 100
-mock errors 1 MSG_SIZE_TOO_LARGE         # a permanent failure mid-run
+all_injected() { [ "$(seen_errors 'Not leader for partition')" = 3 ] && [ "$(seen_errors 'Request timed out')" = 3 ]; }
+wait_until 20 "each of the 6 injected errors reached the producer" all_injected
+
+# A permanent error mid-run: the gapless guarantee turns it into a fatal producer error;
+# the relay recreates the producer and republishes one row at a time to find the culprit
+# (the injected error is gone by then, so nothing is parked).
+failures0=$(metric main 'outbox_publish_failures_total{reason="producer"}')
+mock errors 1 MSG_SIZE_TOO_LARGE
 writers 4 250 100
+wait_until 30 "the permanent error reached the relay" grep -q "fatal producer error: .*Message size too large" "$WORK/relay-main.log"
+wait_until 30 "the one-at-a-time retry ran" grep -q "relay: isolation done at row" "$WORK/relay-main.log"
+grep -q "relay: publishing rows one at a time up to id" "$WORK/relay-main.log" || fail "no one-at-a-time retry started"
+metric_at_least main 'outbox_publish_failures_total{reason="producer"}' $((failures0 + 1)) ||
+    fail "outbox_publish_failures_total{reason=\"producer\"} did not count the failed deliveries"
+
+# A broker down (with added round-trip time on another) while writers commit.
 mock rtt 1 200
 mock down 2
 writers 4 250 100
 sleep 2
+wait_until 20 "the relay saw broker 2 go away" grep -q "kafka: .*127.0.0.1:$(echo "$BOOTSTRAP" | cut -d, -f2 | cut -d: -f2)/2: .*Connection refused" "$WORK/relay-main.log"
 mock up 2
 mock rtt 1 0
 # No leader moves here: librdkafka's mock cluster then acknowledges messages that are
 # not in its partition logs, with no relay involved (test/tools/mock_probe.c; figures in
 # docs/RELIABILITY.md). Leader moves are tested on a real cluster (kafka_cluster).
-writers 4 500 100                       # crosses the fatal-error hook at 3000 acks
+
+# An injected fatal producer error (test hook at 3000 acknowledgements).
+writers 4 500 100
 wait_until 120 "all rows SENT after the faults" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
-grep -q "test hook: injecting a fatal producer error" "$WORK/relay-main.log" || fail "fatal error hook did not fire"
-grep -q "producer recreated" "$WORK/relay-main.log" || fail "the producer was not recreated after the fatal error"
+grep -q "relay: fatal producer error: test_fatal_error: test hook" "$WORK/relay-main.log" || fail "the relay did not see the injected fatal error"
+[ "$(grep -c "kafka: producer recreated" "$WORK/relay-main.log")" -ge 2 ] ||
+    fail "the producer was not recreated after each fatal error"
 grep -c "delivery failed\|fatal producer error" "$WORK/relay-main.log" | sed 's/^/# failures logged: /'
 check "$topic" || fail "loss or per-key disorder under injected faults"
 mock quit

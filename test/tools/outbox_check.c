@@ -7,9 +7,17 @@
  *
  * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id".
  * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
- * partition_mismatches=.. unexpected=.." and exits 1 if anything was lost, reordered per
- * key (first deliveries out of id order), in the wrong partition (murmur2), unknown, or
- * (with --exact) delivered twice. */
+ * partition_mismatches=.. unexpected=.. fenced=.. stale_duplicates=.. fencing_violations=.."
+ * and exits 1 if anything was lost, reordered per key (first deliveries out of id order),
+ * in the wrong partition (murmur2), unknown, published by a relay that had lost its lease
+ * (see below), or (with --exact) delivered twice.
+ *
+ * Fencing, from Kafka alone: the relay tags each message with outbox_lease =
+ * "<lease partition>/<token>", the token growing with every acquisition of that lease
+ * partition. Within one Kafka partition, a lease partition's tokens must not go down for
+ * first deliveries: a message with a smaller token than one already read there is
+ * counted in stale_duplicates when its event was delivered before (harmless: what a
+ * frozen relay's producer sent as it woke up), and is a fencing violation otherwise. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +240,7 @@ int main(int argc, char **argv)
     free(list);
 
     long long delivered = 0, duplicates = 0, order_violations = 0, mismatches = 0, unexpected = 0;
+    long long fenced = 0, stale_duplicates = 0, fencing_violations = 0;
     int eof_left = n_progress; /* partitions not yet read up to their high watermark */
     if (assign->cnt)
         rd_kafka_assign(rk, assign);
@@ -301,6 +310,31 @@ int main(int argc, char **argv)
                 mismatches++;
             }
         }
+        const void *lv = NULL;
+        size_t llen = 0;
+        int lease_p;
+        long long token;
+        char lease[64];
+        if (hdrs && rd_kafka_header_get_last(hdrs, "outbox_lease", &lv, &llen) == 0 && llen < sizeof(lease) &&
+            (memcpy(lease, lv, llen), lease[llen] = '\0', sscanf(lease, "%d/%lld", &lease_p, &token) == 2)) {
+            char fkey[1400];
+            snprintf(fkey, sizeof(fkey), "lease|%s|%d|%d", topic, (int)m->partition, lease_p);
+            struct key_state *fs = key_get(fkey);
+            fenced++;
+            if (token < fs->last_first_id) {
+                if (row->seen) {
+                    stale_duplicates++;
+                } else {
+                    if (fencing_violations < 10)
+                        fprintf(stderr, "outbox-check: id %lld first delivered in %s/%d with lease "
+                                "token %s after token %lld of lease partition %d\n", row->id, topic,
+                                (int)m->partition, lease, fs->last_first_id, lease_p);
+                    fencing_violations++;
+                }
+            } else {
+                fs->last_first_id = token;
+            }
+        }
         if (row->seen++) {
             duplicates++;
         } else {
@@ -337,11 +371,14 @@ int main(int argc, char **argv)
                     rows[i].event_id, rows[i].key);
     }
     printf("CHECK expected=%zu delivered_unique=%lld lost=%lld duplicates=%lld order_violations=%lld "
-           "partition_mismatches=%lld unexpected=%lld\n",
-           n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected);
+           "partition_mismatches=%lld unexpected=%lld fenced=%lld stale_duplicates=%lld "
+           "fencing_violations=%lld\n",
+           n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected, fenced,
+           stale_duplicates, fencing_violations);
     rd_kafka_topic_partition_list_destroy(assign);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
-    int bad = lost || order_violations || mismatches || unexpected || (exact && duplicates);
+    int bad = lost || order_violations || mismatches || unexpected || fencing_violations ||
+              (exact && duplicates);
     return bad ? 1 : 0;
 }

@@ -6,7 +6,7 @@
 static void set_all(struct lease *l, enum lease_state s)
 {
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
-        l[p] = (struct lease){s, 0};
+        l[p] = (struct lease){.state = s};
 }
 
 int main(void)
@@ -51,9 +51,9 @@ int main(void)
     is_int(lease_count_held(l), 60, "60 held");
 
     set_all(l, LEASE_FREE);
-    l[1] = (struct lease){LEASE_GRACE, 500};
-    l[2] = (struct lease){LEASE_ACTIVE, 0};
-    l[3] = (struct lease){LEASE_DRAINING, 0};
+    l[1] = (struct lease){.state = LEASE_GRACE, .publish_from_ms = 500};
+    l[2] = (struct lease){.state = LEASE_ACTIVE};
+    l[3] = (struct lease){.state = LEASE_DRAINING};
     strbuf_reset(&sb);
     is_int(lease_activate(l, 499, &sb), 1, "in grace until its time");
     is_str(sb.buf, "{2}", "only the active one is claimed");

@@ -77,6 +77,8 @@ int main(void)
         {NULL, NULL, "events.{aggregate_type}", "not a valid Kafka topic"},
         {"{\"event_type\": \"spoof\"}", NULL, "t", "reserved"},
         {"{\"aggregate_type\": \"spoof\"}", NULL, "t", "reserved"},
+        {"{\"outbox_relay\": \"spoof\"}", NULL, "t", "reserved for the relay"},
+        {"{\"outbox_lease\": \"0/99999999999999999\"}", NULL, "t", "reserved for the relay"},
     };
     for (size_t i = 0; i < sizeof(poison) / sizeof(poison[0]); i++) {
         row = base_row();
@@ -88,6 +90,26 @@ int main(void)
         int rc = message_build(&row, poison[i].tmpl, &m, err, sizeof(err));
         ok(rc == -1 && strstr(err, poison[i].want), "poison case %zu rejected: %s", i, err);
     }
+
+    /* room is kept for the relay's two headers */
+    row = base_row();
+    char many[64 * 16 + 8];
+    size_t off = (size_t)snprintf(many, sizeof(many), "{");
+    for (int i = 0; i < MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS - 3; i++)
+        off += (size_t)snprintf(many + off, sizeof(many) - off, "%s\"h%d\": \"v\"", i ? ", " : "", i);
+    snprintf(many + off, sizeof(many) - off, "}");
+    row.headers = many;
+    is_int(message_build(&row, "t", &m, err, sizeof(err)), 0, "59 writer headers fit: %s", err);
+    message_add_relay_header(&m, "outbox_relay", "r/1");
+    message_add_relay_header(&m, "outbox_lease", "3/17");
+    is_int(m.n_headers, MESSAGE_MAX_HEADERS, "with the relay's two: 64");
+    is_str(m.headers[63].name, "outbox_lease", "the relay's header is last");
+    message_destroy(&m);
+    char *at = strchr(many, '}');
+    snprintf(at, sizeof(many) - (size_t)(at - many), ", \"one_more\": \"v\"}");
+    row.headers = many;
+    ok(message_build(&row, "t", &m, err, sizeof(err)) == -1 && strstr(err, "more than 59 headers"),
+       "a 60th writer header is refused: %s", err);
 
     char long_name[300];
     memset(long_name, 'a', 250);
