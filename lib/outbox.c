@@ -251,8 +251,8 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     /* Session settings: the worker's statement timeout and keepalives follow the lease
      * timeout (the server must notice a dead relay before the lease grace ends). A frozen
      * process (SIGSTOP, a paused container) still answers keepalives from its kernel, so
-     * the session also ends when it sent nothing for 40% of the lease timeout (a live
-     * relay scans its leases every 20%). */
+     * the session also ends when it sent nothing for 30% of the lease timeout (a live
+     * relay scans its leases every 20%; its own deadline is 30% too). */
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
@@ -261,7 +261,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
                   "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
                   "SET application_name = 'outbox-relay ",
-                  cfg->statement_timeout_ms, cfg->lease_timeout_ms * 2 / 5,
+                  cfg->statement_timeout_ms, cfg->lease_timeout_ms * 3 / 10,
                   cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
                   cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK);
     /* the name was validated: at most 50 printable ASCII characters; quotes are dropped */

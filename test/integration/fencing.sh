@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Fencing of a frozen relay, judged from Kafka alone. Two relays (lease timeout 4 s) share
+# the table while rows are written; relay a is frozen with SIGSTOP for 12 s (its kernel
+# still answers TCP keepalives, so only the server's idle_session_timeout notices), relay b
+# must take over a's partitions within the lease timeout, and a, resumed with SIGCONT,
+# must not publish any partition b took: every message carries the lease partition and the
+# token of the acquisition that published it, and outbox-check fails on a first delivery
+# whose token is older than one already seen in its Kafka partition (what a's producer
+# still sent as it woke up may only be a duplicate of an event already delivered: counted
+# as stale_duplicates). Nothing lost, per-key order kept, a rejoins.
+. "$(dirname "$0")/lib.sh"
+setup_db
+T=4000
+relay() { RELAY_ENV=(OUTBOX_RELAY_NAME="$1" OUTBOX_LEASE_TIMEOUT_MS=$T OUTBOX_BATCH_SIZE=200); start_relay "$1" >/dev/null; }
+held() { metric "$1" outbox_lease_partitions_held; }
+relay a
+relay b
+balanced() { [ "$(held a)" -ge 28 ] && [ "$(held b)" -ge 28 ]; }
+wait_until 30 "partitions balanced over 2 relays" balanced
+log "balanced: a $(held a), b $(held b) partitions"
+
+# rows keep coming, 200 every 0.1 s over 500 keys, until told to stop (or the test ends)
+psqlc "CREATE TABLE writing (go bool)"
+psqlc "INSERT INTO writing VALUES (true)"
+test_pid=$$
+( while kill -0 "$test_pid" 2>/dev/null && [ "$(psqlc "SELECT go FROM writing")" = t ]; do
+      psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'order', 'k' || (g % 500), 'Updated', jsonb_build_object('g', g, 'pad', repeat('x', 500))
+             FROM generate_series(1, 200) g"
+      sleep 0.1
+  done ) &
+wp=$!
+wait_until 30 "both relays publishing" rows_at_least 3000 "status = 'SENT'"
+
+a_pid=$(relay_pid a)
+stopped_at=$(psqlc "SELECT clock_timestamp()")
+kill -STOP "$a_pid"
+log "froze relay a (pid $a_pid) holding $(held b) / 64 partitions on b's side"
+wait_until 15 "b holds all 64 partitions" metric_is b outbox_lease_partitions_held 64
+took=$(psqlc "SELECT round(extract(epoch FROM max(publish_from) - '$stopped_at'::timestamptz)::numeric, 2)
+              FROM outbox_lease_log WHERE event = 'acquired' AND relay LIKE 'b/%' AND at > '$stopped_at'")
+[ -n "$took" ] || fail "no acquisition by b logged after the freeze"
+log "b took over a's partitions and published them $took s after the freeze (bound: the lease timeout, $((T / 1000)) s)"
+awk -v t="$took" -v b="$((T / 1000))" 'BEGIN { exit !(t <= b) }' || fail "takeover took $took s, more than the lease timeout"
+sleep 8
+kill -CONT "$a_pid"
+log "resumed relay a after $(psqlc "SELECT round(extract(epoch FROM clock_timestamp() - '$stopped_at'::timestamptz)::numeric, 1)") s"
+wait_until 20 "a noticed it lost its leases" grep -q "lease: lost .*no answer from PostgreSQL\|lease: lost .*connection" "$WORK/relay-a.log"
+wait_until 60 "a rejoined and holds partitions again" metric_at_least a outbox_lease_partitions_held 20
+sleep 2
+psqlc "UPDATE writing SET go = false"
+wait "$wp" || fail "the writer loop failed"
+wait_until 120 "all rows SENT" all_sent
+stop_relay a || fail "a exited with $? on SIGTERM"
+stop_relay b || fail "b exited with $? on SIGTERM"
+{ grep "lease: lost" "$WORK/relay-a.log" || true; } | head -1 | sed "s/^/# a: /"
+check "$TOPIC_PREFIX.order" || fail "loss, disorder or a stale relay's first delivery"
+fenced=$(sed -n 's/.* fenced=\([0-9]*\).*/\1/p' "$WORK/check.out")
+[ "$fenced" -gt 0 ] || fail "no message carried a lease token"
+log "ok"
