@@ -124,13 +124,13 @@ static void claim_ok(struct relay *r, PGresult *res)
     struct inflight_row *add = xmalloc((size_t)n * sizeof(*add));
     int per_part[OUTBOX_LEASE_PARTITIONS] = {0}, quota_hit = 0;
     for (int i = 0; i < n; i++) {
-        int part = atoi(PQgetvalue(res, i, CLAIM_LEASE_PARTITION)) & (OUTBOX_LEASE_PARTITIONS - 1);
+        int part = (int)pg_int(PQgetvalue(res, i, CLAIM_LEASE_PARTITION)) & (OUTBOX_LEASE_PARTITIONS - 1);
         add[i] = (struct inflight_row){
-            .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
-            .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
-            .attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
+            .id = pg_int(PQgetvalue(res, i, CLAIM_ID)),
+            .created_ms = pg_int(PQgetvalue(res, i, CLAIM_CREATED_MS)),
+            .attempts = (int)pg_int(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
             .partition = part,
-            .bytes = strtoll(PQgetvalue(res, i, CLAIM_PAYLOAD_BYTES), NULL, 10),
+            .bytes = pg_int(PQgetvalue(res, i, CLAIM_PAYLOAD_BYTES)),
             .kslot = -1,
             .state = ROW_QUEUED,
         };

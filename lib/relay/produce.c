@@ -38,7 +38,7 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
 static struct outbox_row claim_row(const PGresult *res, int i)
 {
     return (struct outbox_row){
-        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
+        .id = pg_int(PQgetvalue(res, i, CLAIM_ID)),
         .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
         .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
@@ -47,8 +47,8 @@ static struct outbox_row claim_row(const PGresult *res, int i)
         .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
         .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
         .headers = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
-        .attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
+        .created_ms = pg_int(PQgetvalue(res, i, CLAIM_CREATED_MS)),
+        .attempts = (int)pg_int(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
     };
 }
 
