@@ -92,7 +92,7 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
             strcmp(name, "aggregate_type") == 0)
             return set_err(err, errlen, "headers: '%s' is reserved for the row's %s column",
                            name, name);
-        if (strcmp(name, "outbox_relay") == 0 || strcmp(name, "outbox_lease") == 0)
+        if (strcmp(name, "outbox_lease") == 0)
             return set_err(err, errlen, "headers: '%s' is reserved for the relay", name);
         if (name[0] == '\0')
             return set_err(err, errlen, "headers: empty header name");

@@ -30,7 +30,7 @@ struct message_header {
 };
 
 #define MESSAGE_MAX_HEADERS 64
-#define MESSAGE_RELAY_HEADERS 2 /* outbox_relay, outbox_lease: added by the relay */
+#define MESSAGE_RELAY_HEADERS 1 /* outbox_lease: added by the relay */
 
 struct message {
     char *topic; /* owned */

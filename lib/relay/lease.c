@@ -231,8 +231,8 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
             PQgetvalue(res, i, LEASE_ACQUIRE_LAST_HOLDER), r->lease.incarnation);
         int64_t wait = clean ? 0 : r->lease.grace_ms;
         r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
-        snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s", p,
-                 PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN));
+        snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s/%s", p,
+                 PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN), r->lease.incarnation);
         r->lease.part[p].publish_from_ms = now + wait;
         log_lease(r, p, "acquired", wall + wait, 0);
         got++;

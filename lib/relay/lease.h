@@ -19,7 +19,8 @@ enum lease_state { LEASE_FREE, LEASE_GRACE, LEASE_ACTIVE, LEASE_DRAINING };
 struct lease {
     enum lease_state state;
     int64_t publish_from_ms; /* monotonic; -1 while in the release statement in flight */
-    char token[48];          /* "partition/acquired µs": the outbox_lease header */
+    char token[340];         /* the outbox_lease header: "partition/token/relay name/pid",
+                                the token the server's clock in µs at the acquisition */
 };
 
 /* Partitions GRACE or ACTIVE (leases has OUTBOX_LEASE_PARTITIONS entries). */

@@ -110,7 +110,6 @@ void produce_claimed(struct relay *r)
             poison_park_row(r, slot, &row, reason);
             continue;
         }
-        message_add_relay_header(&msg, "outbox_relay", r->lease.incarnation);
         message_add_relay_header(&msg, "outbox_lease", r->lease.part[slot->partition].token);
         int kslot = kshare_slot(&r->kshare, msg.topic, row.aggregate_id, strlen(row.aggregate_id));
         int first;

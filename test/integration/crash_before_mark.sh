@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Crash after Kafka acknowledged rows and before they were marked (a fault point compiled
 # into test builds SIGKILLs the relay right before a mark): after a restart the rows are
-# published again and marked; nothing is lost.
+# published again and marked; nothing is lost. The duplicates stay within the documented
+# bounds: at most OUTBOX_MAX_INFLIGHT, and at most outbox_possible_duplicates_total (the
+# restarted relay's estimate) plus one claim.
 . "$(dirname "$0")/lib.sh"
 setup_db
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', 'k' || (g % 50), 'Created', jsonb_build_object('n', g) FROM generate_series(1, 3000) g"
-RELAY_ENV=(OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=1000 OUTBOX_BATCH_SIZE=200)
+RELAY_ENV=(OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=1000 OUTBOX_BATCH_SIZE=200 OUTBOX_MAX_INFLIGHT=600)
 start_relay crash >/dev/null
 rc=0
 wait "$(relay_pid crash)" || rc=$?
@@ -19,8 +21,13 @@ log "after the crash: $(count_status SENT) SENT, $pending PENDING"
 RELAY_ENV=()
 start_relay after >/dev/null
 wait_until 60 "all rows SENT after restart" all_sent
+possible=$(metric after outbox_possible_duplicates_total)
 stop_relay after || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder after crash-before-mark"
 dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")
 [ "$dups" -gt 0 ] || fail "expected republished rows (duplicates > 0) after crash-before-mark"
-log "ok: $dups rows acknowledged before the crash were published again, none lost"
+log "$dups rows published twice; the restarted relay estimated $possible (outbox_possible_duplicates_total)"
+[ "$dups" -le 600 ] || fail "$dups duplicates: more than OUTBOX_MAX_INFLIGHT (600)"
+[ "$dups" -le $((possible + 200)) ] || fail "$dups duplicates: more than the estimate $possible plus one claim (200)"
+[ "$possible" -le 600 ] || fail "estimate $possible is above OUTBOX_MAX_INFLIGHT (600)"
+log "ok: none lost"

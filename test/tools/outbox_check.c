@@ -13,7 +13,7 @@
  * (see below), or (with --exact) delivered twice.
  *
  * Fencing, from Kafka alone: the relay tags each message with outbox_lease =
- * "<lease partition>/<token>", the token growing with every acquisition of that lease
+ * "<lease partition>/<token>/<relay name>/<pid>", the token growing with every acquisition of that lease
  * partition. Within one Kafka partition, a lease partition's tokens must not go down for
  * first deliveries: a message with a smaller token than one already read there is
  * counted in stale_duplicates when its event was delivered before (harmless: what a
