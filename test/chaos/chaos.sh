@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Chaos run: concurrent writers (writer rule, late commits, stalled inserts) insert events
-# over many keys while the relay is SIGKILLed at random moments, Kafka is restarted twice
-# and PostgreSQL once. Then every topic is consumed and compared with the table.
+# over many keys while the relay is SIGKILLed at random moments — each time only after it
+# has published since its last start, so that kills hit rows in flight — Kafka is restarted
+# twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
+# once. Then every topic is consumed and compared with the table.
 #   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N]
 # Prints one final line:
 #   CHAOS committed=.. sent=.. delivered_unique=.. lost=.. duplicates=.. order_violations=.. kills=..
-# and exits non-zero if anything was lost or reordered, or a row is left PENDING or FAILED.
-# Uses the servers of scripts/test.sh when RELAYTEST_* is set, else starts its own.
+# and exits non-zero if anything was lost or reordered, a row is left PENDING or FAILED, no
+# duplicate shows that a kill hit rows in flight, or a relay exited other than by our
+# SIGKILL (137) or the final SIGTERM (0) — an ASan abort included.
+# Uses the Kafka of scripts/test.sh when RELAYTEST_* is set, else starts its own servers;
+# PostgreSQL is always a cluster of its own with fsync on.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -24,20 +29,26 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
     . "$src/scripts/common.sh"
     (cd "$src" && common_setup)
-    trap servers_stop EXIT
+    own_servers=1
     servers_start
     RELAYTEST_RELAY_BIN=$src/build/outbox-relay
     RELAYTEST_CHECK_BIN=$src/build/test/outbox-check
 fi
 work=$(mktemp -d /tmp/outbox-chaos.XXXXXX)
+chmod 755 "$work" # the server runs as the postgres user when this runs as root
+pg_dir=$work/pg
+pg_port=$(( ${RELAYTEST_PG_PORT:-20000} + 700 + RANDOM % 200 ))
+while (exec 3<>"/dev/tcp/127.0.0.1/$pg_port") 2>/dev/null; do pg_port=$((pg_port + 1)); done
+PG_DURABLE=1 bash "$src/test/env/pg.sh" start "$pg_dir" "$pg_port"
+trap 'bash "$src/test/env/pg.sh" kill "$pg_dir" >/dev/null 2>&1 || true; [ -z "${own_servers:-}" ] || servers_stop' EXIT
 db=chaos_$$
-dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$db"
+dsn="host=127.0.0.1 port=$pg_port user=postgres dbname=$db"
 bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
 topic_prefix="chaos.$$.$(date +%s)"
 say() { printf '# [%s chaos] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 
-"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "CREATE DATABASE $db"
+"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$pg_port user=postgres dbname=postgres" -c "CREATE DATABASE $db"
 OUTBOX_PG_DSN=$dsn "$RELAYTEST_RELAY_BIN" migrate >"$work/migrate.log" 2>&1
 psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
        INSERT INTO aggregate SELECT g FROM generate_series(1, $keys) g;
@@ -69,49 +80,87 @@ start_relay() {
 
 writers() {
     while [ "$(psqlc "SELECT count(*) FROM outbox" 2>/dev/null || echo 0)" -lt "$events" ]; do
-        "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c "$clients" -j 2 -T 3 \
+        "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$pg_port" -U postgres -c "$clients" -j 2 -T 3 \
             -f "$work/writer.sql" "$db" >>"$work/pgbench.log" 2>&1 || sleep 0.5
     done
 }
 
-start_relay
+bad_exits=0
+sent_count() { psqlc "SELECT count(*) FROM outbox WHERE status = 'SENT'" 2>/dev/null || echo -1; }
+# start_tracked: start_relay, remembering how much was SENT when it started
+start_tracked() { started_sent=$(sent_count); start_relay; }
+# reap STATUS: waits for the relay and checks its exit status
+reap() {
+    local rc=0
+    wait "$relay_pid" 2>/dev/null || rc=$?
+    if [ "$rc" != "$1" ]; then
+        say "relay $relay_pid exited with $rc, expected $1"
+        bad_exits=$((bad_exits + 1))
+    fi
+}
+# published since its last start: more rows SENT than when it started (waits up to 30 s)
+wait_published() {
+    local deadline=$((SECONDS + 30)) n
+    while [ $SECONDS -lt $deadline ]; do
+        kill -0 "$relay_pid" 2>/dev/null || return 1
+        n=$(sent_count)
+        [ "$n" -gt "$started_sent" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+start_tracked
 writers &
 writer_pid=$!
-done_kills=0 kafka_restarts=0 pg_restarts=0
+done_kills=0 kafka_restarts=0 pg_restarts=0 unpublished_kills=0
 while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
-    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.3 + (r % 250) / 100 }')"
-    if [ $done_kills -lt "$kills" ]; then
-        kill -KILL "$relay_pid" 2>/dev/null || true
-        wait "$relay_pid" 2>/dev/null || true
-        done_kills=$((done_kills + 1))
-        if [ $kafka_restarts -lt 2 ] && [ $done_kills -ge $(((kafka_restarts + 1) * kills / 3)) ]; then
-            say "restarting Kafka (kill $done_kills)"
-            bash "$src/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
-            start_relay
-            sleep 2
-            bash "$src/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
-            kafka_restarts=$((kafka_restarts + 1))
-            continue
-        fi
-        if [ $pg_restarts -lt 1 ] && [ $done_kills -ge $((kills / 2)) ]; then
-            say "restarting PostgreSQL (kill $done_kills)"
-            bash "$src/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"
-            start_relay
-            sleep 2
-            bash "$src/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"
-            pg_restarts=$((pg_restarts + 1))
-            continue
-        fi
-        start_relay
+    if [ $done_kills -ge "$kills" ]; then
+        sleep 0.5
+        continue
     fi
+    if ! kill -0 "$relay_pid" 2>/dev/null; then
+        reap 137 # it died without our kill: counted as a failure
+        say "the relay was dead before kill $((done_kills + 1))"
+        start_tracked
+    fi
+    wait_published || unpublished_kills=$((unpublished_kills + 1))
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", (r % 100) / 100 }')"
+    kill -KILL "$relay_pid" 2>/dev/null || true
+    reap 137
+    done_kills=$((done_kills + 1))
+    if [ $kafka_restarts -lt 2 ] && [ $done_kills -ge $(((kafka_restarts + 1) * kills / 3)) ]; then
+        say "restarting Kafka (kill $done_kills)"
+        bash "$src/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+        start_tracked
+        sleep 2
+        bash "$src/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+        kafka_restarts=$((kafka_restarts + 1))
+        continue
+    fi
+    if [ $pg_restarts -lt 1 ] && [ $done_kills -ge $((kills / 2)) ]; then
+        say "killing PostgreSQL with -m immediate (kill $done_kills); fsync is on"
+        bash "$src/test/env/pg.sh" kill "$pg_dir"
+        start_relay
+        sleep 2
+        bash "$src/test/env/pg.sh" start "$pg_dir" "$pg_port"
+        started_sent=$(sent_count)
+        pg_restarts=$((pg_restarts + 1))
+        continue
+    fi
+    start_tracked
 done
 wait "$writer_pid"
-say "writers done: $(psqlc "SELECT count(*) FROM outbox") rows; $done_kills kills, $kafka_restarts Kafka and $pg_restarts PostgreSQL restarts"
-kill -0 "$relay_pid" 2>/dev/null || start_relay
+say "writers done: $(psqlc "SELECT count(*) FROM outbox") rows; $done_kills kills ($unpublished_kills before the relay had published since its start), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
+if ! kill -0 "$relay_pid" 2>/dev/null; then
+    reap 137
+    say "the last relay was dead"
+    start_relay
+fi
 deadline=$((SECONDS + 600))
 until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
 kill -TERM "$relay_pid" 2>/dev/null || true
-wait "$relay_pid" 2>/dev/null || true
+reap 0
 
 committed=$(psqlc "SELECT count(*) FROM outbox")
 sent=$(psqlc "SELECT count(*) FROM outbox WHERE status = 'SENT'")
@@ -123,11 +172,11 @@ rc=0
 grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
 line=$(cat "$work/check.out")
 val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
-say "duplicate bound: $done_kills kills x OUTBOX_MAX_INFLIGHT $inflight = $((done_kills * inflight)) (plus resends around Kafka restarts)"
-echo "CHAOS committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills"
-"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "DROP DATABASE $db WITH (FORCE)" || true
-if [ "$rc" != 0 ] || [ "$left" != 0 ] || [ "$(val lost)" != 0 ] || [ "$(val order_violations)" != 0 ]; then
-    say "FAILED: check exit $rc, $left rows not SENT; relay log: $work/relay.log"
+say "duplicates $(val duplicates); bound: $done_kills kills x OUTBOX_MAX_INFLIGHT $inflight = $((done_kills * inflight)) (plus resends around Kafka restarts)"
+echo "CHAOS committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
+if [ "$rc" != 0 ] || [ "$left" != 0 ] || [ "$(val lost)" != 0 ] || [ "$(val order_violations)" != 0 ] ||
+   [ "$bad_exits" != 0 ] || { [ "$done_kills" -gt 0 ] && [ "$(val duplicates)" = 0 ]; }; then
+    say "FAILED: check exit $rc, $left rows not SENT, $bad_exits unexpected relay exits, $(val duplicates) duplicates; relay log: $work/relay.log"
     exit 1
 fi
 rm -rf "$work"
