@@ -526,6 +526,26 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             cfg->requeue_all = 1;
             continue;
         }
+        if (strcmp(arg, "--dry-run") == 0) {
+            cfg->dry_run = 1;
+            continue;
+        }
+        if (strcmp(arg, "--since") == 0 || strcmp(arg, "--until") == 0) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return set_err(err, errlen, "%s: missing value (a timestamp, e.g. 2026-11-30T10:00:00Z)", arg);
+            char **dst = arg[2] == 's' ? &cfg->since : &cfg->until;
+            free(*dst);
+            *dst = xstrdup(argv[++i]);
+            continue;
+        }
+        if (strcmp(arg, "--limit") == 0) {
+            char *end;
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            cfg->limit = strtoll(v, &end, 10);
+            if (!*v || *end || cfg->limit <= 0)
+                return set_err(err, errlen, "--limit: expected a positive number of rows, got '%s'", v);
+            continue;
+        }
         if ((strcmp(arg, "--id") == 0 || strcmp(arg, "--key") == 0)) {
             if (i + 1 >= argc)
                 return set_err(err, errlen, "%s: missing value", arg);
@@ -544,13 +564,14 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
         if (strncmp(arg, "--", 2) != 0) {
             if (have_command)
                 return set_err(err, errlen, "unexpected argument '%s' (see --help)", arg);
-            static const char *const commands[] = {"run", "migrate", "status", "requeue", "purge"};
+            static const char *const commands[] = {"run", "migrate", "status", "requeue", "purge",
+                                                   "replay"};
             int known = 0;
             for (size_t c = 0; c < ARRAY_LEN(commands); c++)
                 known |= strcmp(arg, commands[c]) == 0;
             if (!known)
                 return set_err(err, errlen, "unknown command '%s' (commands: run, migrate, "
-                               "status, requeue, purge)", arg);
+                               "status, requeue, purge, replay)", arg);
             free(cfg->command);
             cfg->command = xstrdup(arg);
             have_command = 1;
@@ -588,6 +609,10 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
     if (strcmp(cfg->command, "requeue") == 0 &&
         !!cfg->requeue_id + !!cfg->requeue_key + cfg->requeue_all != 1)
         return set_err(err, errlen, "requeue: give exactly one of --id N, --key K, --all");
+    if (strcmp(cfg->command, "replay") == 0 && !!cfg->requeue_id + !!cfg->requeue_key + !!cfg->since != 1)
+        return set_err(err, errlen, "replay: give exactly one of --id N, --key K, --since T");
+    if (cfg->until && !cfg->since)
+        return set_err(err, errlen, "--until needs --since");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -632,7 +657,9 @@ void config_destroy(struct config *cfg)
     cfg->command = NULL;
     free(cfg->requeue_id);
     free(cfg->requeue_key);
-    cfg->requeue_id = cfg->requeue_key = NULL;
+    free(cfg->since);
+    free(cfg->until);
+    cfg->requeue_id = cfg->requeue_key = cfg->since = cfg->until = NULL;
 }
 
 void config_print_help(FILE *out)
@@ -645,6 +672,8 @@ void config_print_help(FILE *out)
             "  status [--json]                 backlog, oldest age, parked rows, topics, relays\n"
             "  requeue --id N | --key K | --all  parked (FAILED) rows back to PENDING\n"
             "  purge [--json]                  delete SENT rows older than OUTBOX_RETENTION now\n"
+            "  replay (--id N | --key K | --since T [--until T]) [--limit N] [--dry-run] [--json]\n"
+            "                 publish SENT rows again, as first published (a duplicate drill)\n"
             "  --check-config validate settings and reach PostgreSQL and Kafka, then exit\n"
             "                 (0 ok, 1 unreachable, 2 invalid setting)\n\n"
             "settings (flag, environment variable, default):\n");

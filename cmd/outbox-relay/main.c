@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "replay.h"
 #include "config.h"
 #include "dsn.h"
 #include "log.h"
@@ -126,6 +127,19 @@ static int admin(const struct config *cfg)
     return 0;
 }
 
+static int replay(const struct config *cfg)
+{
+    PGconn *conn = connect_blocking(cfg);
+    if (!conn)
+        return 1;
+    char err[1024];
+    int rc = replay_run(conn, cfg, stdout, err, sizeof(err));
+    PQfinish(conn);
+    if (rc != 0)
+        log_error("replay: %s", err);
+    return rc;
+}
+
 /* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
 static int check_config(const struct config *cfg)
 {
@@ -183,6 +197,8 @@ int main(int argc, char **argv)
             code = check_config(&cfg);
         else if (strcmp(cfg.command, "migrate") == 0)
             code = migrate(&cfg);
+        else if (strcmp(cfg.command, "replay") == 0)
+            code = replay(&cfg);
         else if (strcmp(cfg.command, "run") != 0)
             code = admin(&cfg);
         else

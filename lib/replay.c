@@ -1,0 +1,256 @@
+/* outbox-relay replay: publishes SENT rows again, exactly as they were first published
+ * (topic, key, value, headers, event_id, timestamp), through a producer with the relay's
+ * settings: a duplicate-delivery drill for consumers. Rows are read through a cursor in id
+ * order (bounded memory) and never changed. The relay's own lease header is not added: a
+ * replay publishes under no lease. */
+#include "replay.h"
+
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "message.h"
+#include "outbox.h"
+#include "pgconn.h"
+#include "schema.h"
+#include "sink.h"
+#include "util.h"
+
+#define FETCH_ROWS 1000
+#define GUARD_ROWS 100000 /* a --since window larger than this needs --limit */
+#define STALL_S 60        /* no delivery report for this long: give up on the rest */
+
+struct replay {
+    long long delivered, failed;
+    int fatal;
+    ev_tstamp last_report;
+};
+
+static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, const char *topic,
+                        int maybe_persisted)
+{
+    (void)maybe_persisted;
+    struct replay *rp = ctx;
+    rp->last_report = ev_time();
+    if (err) {
+        rp->failed++;
+        log_warn("replay: row %lld to %s failed: %s", (long long)row_id, topic ? topic : "?",
+                 rd_kafka_err2str(err));
+    } else {
+        rp->delivered++;
+    }
+}
+
+static void on_fatal(void *ctx, const char *reason)
+{
+    struct replay *rp = ctx;
+    rp->fatal = 1;
+    log_error("replay: fatal producer error: %s", reason);
+}
+
+static const struct sink_callbacks replay_callbacks = {on_delivery, on_fatal, NULL};
+
+static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static PGresult *exec(PGconn *conn, const char *sql, int n, const char *const *params,
+                      char *err, size_t errlen)
+{
+    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+    if (pgconn_result_ok(res))
+        return res;
+    char line[512];
+    pgconn_error_line(res, line, sizeof(line));
+    set_err(err, errlen, "%s", line);
+    PQclear(res);
+    return NULL;
+}
+
+/* Serves the loop until nothing is left in the producer, or nothing was reported for
+ * STALL_S seconds (Kafka unreachable): then what is left is purged and counted failed. */
+static void drain(struct ev_loop *loop, struct sink *sk, struct replay *rp, int below)
+{
+    rp->last_report = ev_time();
+    while (sink_outq_len(sk) > below && !rp->fatal) {
+        if (ev_time() - rp->last_report > STALL_S) {
+            log_warn("replay: no delivery report for %d s; giving up on %d messages",
+                     STALL_S, sink_outq_len(sk));
+            sink_abandon(sk, 2000);
+            break;
+        }
+        ev_run(loop, EVRUN_ONCE);
+        sink_poll(sk);
+    }
+}
+
+static const char *who(char *buf, size_t len)
+{
+    const char *user = getenv("USER");
+    struct passwd *pw = user ? NULL : getpwuid(getuid());
+    char host[128] = "";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(buf, len, "%s@%s", user ? user : pw ? pw->pw_name : "?", host);
+    return buf;
+}
+
+int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size_t errlen)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    const char *filter = cfg->requeue_id ? "id = $1::int8"
+                         : cfg->requeue_key ? "aggregate_id = $1"
+                                            : "created_at >= $1::timestamptz AND ($2::timestamptz IS NULL "
+                                              "OR created_at < $2::timestamptz)";
+    const char *params[2] = {cfg->requeue_id ? cfg->requeue_id : cfg->requeue_key ? cfg->requeue_key : cfg->since,
+                             cfg->until};
+    int nparams = cfg->since ? 2 : 1;
+    char what[512];
+    snprintf(what, sizeof(what), "%s%s%s%s", cfg->requeue_id ? "--id " : cfg->requeue_key ? "--key " : "--since ",
+             params[0], cfg->until ? " --until " : "", cfg->until ? cfg->until : "");
+    int rc = -1;
+    struct ev_loop *loop = NULL;
+    struct sink *sk = NULL;
+    struct strbuf q;
+    strbuf_init(&q);
+    struct replay rp = {0};
+    long long selected = 0, first_id = 0, last_id = 0;
+    PGresult *res = NULL;
+
+    /* Guard rail: a time window without --limit may not select more than GUARD_ROWS. */
+    if (cfg->since && !cfg->limit) {
+        strbuf_printf(&q, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'SENT' AND %s LIMIT %d) s",
+                      t, filter, GUARD_ROWS + 1);
+        if (!(res = exec(conn, q.buf, nparams, params, err, errlen)))
+            goto out;
+        long long n = atoll(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        res = NULL;
+        if (n > GUARD_ROWS) {
+            set_err(err, errlen, "the window holds more than %d SENT rows: give --limit N", GUARD_ROWS);
+            rc = 2;
+            goto out;
+        }
+        strbuf_reset(&q);
+    }
+    if (!cfg->dry_run) {
+        loop = ev_loop_new(EVFLAG_AUTO);
+        if (!(sk = sink_new(loop, cfg, &replay_callbacks, &rp, err, errlen)))
+            goto out;
+    }
+    if (!(res = exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
+        goto out;
+    PQclear(res);
+    strbuf_printf(&q,
+                  "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
+                  " event_type, topic, payload::text, headers::text, " OUTBOX_CREATED_MS("created_at")
+                  " FROM %s WHERE status = 'SENT' AND %s ORDER BY id",
+                  t, filter);
+    if (cfg->limit)
+        strbuf_printf(&q, " LIMIT %lld", cfg->limit);
+    if (!(res = exec(conn, q.buf, nparams, params, err, errlen)))
+        goto out;
+    PQclear(res);
+    ev_timer tick;
+    if (loop) {
+        ev_timer_init(&tick, tick_cb, 1.0, 1.0);
+        ev_timer_start(loop, &tick);
+    }
+    for (;;) {
+        res = exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
+        if (!res)
+            goto out;
+        int n = PQntuples(res);
+        for (int i = 0; i < n && !rp.fatal; i++) {
+            struct outbox_row row = {
+                .id = pg_int(PQgetvalue(res, i, 0)),
+                .event_id = PQgetvalue(res, i, 1),
+                .aggregate_type = PQgetvalue(res, i, 2),
+                .aggregate_id = PQgetvalue(res, i, 3),
+                .event_type = PQgetvalue(res, i, 4),
+                .topic = PQgetisnull(res, i, 5) ? NULL : PQgetvalue(res, i, 5),
+                .payload = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6),
+                .payload_len = (size_t)PQgetlength(res, i, 6),
+                .headers = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
+                .created_ms = pg_int(PQgetvalue(res, i, 8)),
+            };
+            selected++;
+            if (!first_id)
+                first_id = row.id;
+            last_id = row.id;
+            if (cfg->dry_run)
+                continue;
+            struct message msg;
+            char why[512];
+            if (message_build(&row, cfg->topic_template, &msg, why, sizeof(why)) != 0) {
+                log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
+                rp.failed++;
+                continue;
+            }
+            rd_kafka_resp_err_t e;
+            while ((e = sink_produce(sk, &msg, row.aggregate_id, row.payload,
+                                     row.payload ? row.payload_len : 0, row.created_ms, row.id)) ==
+                   RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                drain(loop, sk, &rp, sink_outq_len(sk) / 2);
+            if (e) {
+                log_warn("replay: row %lld to %s refused: %s", (long long)row.id, msg.topic, rd_kafka_err2str(e));
+                rp.failed++;
+            }
+            message_destroy(&msg);
+        }
+        PQclear(res);
+        res = NULL;
+        if (n < FETCH_ROWS || rp.fatal)
+            break;
+        if (loop)
+            drain(loop, sk, &rp, 10000); /* keep what waits in the producer bounded */
+    }
+    if (loop)
+        drain(loop, sk, &rp, 0);
+    if (!(res = exec(conn, "COMMIT", 0, NULL, err, errlen)))
+        goto out;
+    PQclear(res);
+    res = NULL;
+    long long lost = cfg->dry_run ? 0 : selected - rp.delivered - rp.failed; /* purged or unreported */
+    rp.failed += lost > 0 ? lost : 0;
+    char by[300];
+    if (cfg->dry_run)
+        log_info("replay: %s dry run over the rows of %s selected by %s%s: %lld selected, nothing "
+                 "published", who(by, sizeof(by)), cfg->table, what, cfg->limit ? " with --limit" : "",
+                 selected);
+    else
+        log_info("replay: %s replayed the rows of %s selected by %s%s: %lld selected, %lld delivered, "
+                 "%lld failed", who(by, sizeof(by)), cfg->table, what, cfg->limit ? " with --limit" : "",
+                 selected, rp.delivered, rp.failed);
+    if (cfg->json)
+        fprintf(out, "{\"selected\": %lld, \"replayed\": %lld, \"failed\": %lld, \"dry_run\": %s, "
+                     "\"first_id\": %lld, \"last_id\": %lld}\n",
+                selected, rp.delivered, rp.failed, cfg->dry_run ? "true" : "false", first_id, last_id);
+    else if (cfg->dry_run)
+        fprintf(out, "would replay %lld SENT row%s (ids %lld..%lld)\n", selected, selected == 1 ? "" : "s",
+                first_id, last_id);
+    else
+        fprintf(out, "replayed %lld of %lld SENT row%s (ids %lld..%lld), %lld failed\n", rp.delivered,
+                selected, selected == 1 ? "" : "s", first_id, last_id, rp.failed);
+    rc = rp.failed || rp.fatal ? 1 : 0;
+    if (rc)
+        set_err(err, errlen, "%lld of %lld rows were not delivered", rp.failed, selected);
+out:
+    if (res)
+        PQclear(res);
+    if (rc == -1)
+        PQclear(PQexec(conn, "ROLLBACK"));
+    sink_free(sk);
+    if (loop)
+        ev_loop_destroy(loop);
+    strbuf_destroy(&q);
+    free(schema_q);
+    free(t);
+    free(name);
+    return rc == -1 ? 1 : rc;
+}
