@@ -106,7 +106,13 @@ metric() { metric_at "http://127.0.0.1:$(http_port "$1")/metrics" "$2"; }
 metric_at_least() { [ "$(metric "$1" "$2")" -ge "$3" ]; }
 metric_is() { [ "$(metric "$1" "$2")" = "$3" ]; }
 # exported NAME PATTERN: a line of relay NAME's /metrics matches the grep pattern.
-exported() { curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" | grep -q "$2"; }
+# (read whole first: with pipefail, grep -q leaving early makes curl fail on SIGPIPE, which
+# would read as "not exported")
+exported() {
+    local body
+    body=$(curl -sf "http://127.0.0.1:$(http_port "$1")/metrics") || return 1
+    grep -q "$2" <<<"$body"
+}
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
 stop_relay() {
