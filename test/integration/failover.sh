@@ -12,24 +12,10 @@
 #      and relaying resumes once it accepts writes again.
 . "$(dirname "$0")/lib.sh"
 
-HA=$WORK/ha
+own_servers
 PORT_A=$(free_port)
 PORT_B=$(free_port)
 PORT_C=$(free_port)
-ha_cleanup() {
-    local d
-    for d in "$HA"/*; do
-        [ -d "$d" ] || continue
-        kill -CONT "$(head -1 "$d/data/postmaster.pid" 2>/dev/null)" 2>/dev/null || true
-        bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$d" >/dev/null 2>&1 || true
-    done
-    cleanup
-}
-trap ha_cleanup EXIT
-mkdir -p "$HA"
-chmod 755 "$WORK" "$HA" # the servers run as the postgres user when the tests run as root
-
-pg_env() { bash "$RELAYTEST_SRC/test/env/pg.sh" "$@" || fail "pg.sh $* failed"; }
 postmaster_pid() { head -1 "$HA/$1/data/postmaster.pid"; }
 
 log "primary a on $PORT_A, standby b on $PORT_B (synchronous)"

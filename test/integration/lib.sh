@@ -204,6 +204,25 @@ mock() {
     wait_until 120 "mock cluster applied: $*" mock_applied
 }
 
+# own_servers: PostgreSQL clusters of this test's own go under $HA (pg_env start/standby
+# "$HA/name" PORT ...); they are killed when the test ends, resumed first if stopped.
+own_servers() {
+    HA=$WORK/ha
+    mkdir -p "$HA"
+    chmod 755 "$WORK" "$HA" # the servers run as the postgres user when the tests run as root
+    trap own_servers_cleanup EXIT
+}
+own_servers_cleanup() {
+    local d
+    for d in "$HA"/*; do
+        [ -d "$d" ] || continue
+        kill -CONT "$(head -1 "$d/data/postmaster.pid" 2>/dev/null)" 2>/dev/null || true
+        bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$d" >/dev/null 2>&1 || true
+    done
+    cleanup
+}
+pg_env() { bash "$RELAYTEST_SRC/test/env/pg.sh" "$@" || fail "pg.sh $* failed"; }
+
 # kafka_stop / kafka_start, pg_stop / pg_kill / pg_start: the suite's shared servers.
 kafka_stop() { bash "$RELAYTEST_SRC/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"; }
 kafka_start() { bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"; }

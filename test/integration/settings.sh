@@ -112,20 +112,18 @@ stop_relay lenient || fail "relay exited with $? on SIGTERM"
 log "Kafka unreachable: /readyz 503 with OUTBOX_READY_STRICT=1, 200 with 0"
 
 # OUTBOX_RECONNECT_MAX_MS, on a PostgreSQL of this test's own that goes away for 4 s.
-pg2=$WORK/pg2
+own_servers
+pg2=$HA/pg2
 PORT2=$(free_port)
-chmod 755 "$WORK"
-own_pg_cleanup() { bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$pg2" >/dev/null 2>&1 || true; cleanup; }
-trap own_pg_cleanup EXIT
-bash "$RELAYTEST_SRC/test/env/pg.sh" start "$pg2" "$PORT2" || fail "cannot start a second PostgreSQL"
+pg_env start "$pg2" "$PORT2"
 DSN2="host=127.0.0.1 port=$PORT2 user=postgres dbname=outbox"
 OUTBOX_PG_DSN=$DSN2 "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate2.log" 2>&1 || { cat "$WORK/migrate2.log"; fail "migrate failed"; }
 RELAY_ENV=(OUTBOX_PG_DSN="$DSN2" OUTBOX_RECONNECT_MAX_MS=300)
 start_relay reconnect >/dev/null
 wait_until 30 "connected to the second PostgreSQL" grep -q "pg worker: connected to 127.0.0.1:$PORT2" "$WORK/relay-reconnect.log"
-bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$pg2"
+pg_env stop "$pg2"
 sleep 4
-bash "$RELAYTEST_SRC/test/env/pg.sh" start "$pg2" "$PORT2" || fail "cannot restart the second PostgreSQL"
+pg_env start "$pg2" "$PORT2"
 "$PG_BIN/psql" -X -q "$DSN2" -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'back', 'Again', '{}')"
 back_sent() { [ "$("$PG_BIN/psql" -X -At "$DSN2" -c "SELECT count(*) FROM outbox WHERE status = 'SENT'")" = 1 ]; }
 wait_until 30 "relaying again after PostgreSQL came back" back_sent

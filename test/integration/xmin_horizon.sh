@@ -6,21 +6,9 @@
 # /status, and says when the horizon is free again.
 . "$(dirname "$0")/lib.sh"
 
-HA=$WORK/ha
+own_servers
 PORT_A=$(free_port)
 PORT_B=$(free_port)
-ha_cleanup() {
-    local d
-    for d in "$HA"/*; do
-        [ -d "$d" ] || continue
-        bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$d" >/dev/null 2>&1 || true
-    done
-    cleanup
-}
-trap ha_cleanup EXIT
-mkdir -p "$HA"
-chmod 755 "$WORK" "$HA" # the servers run as the postgres user when the tests run as root
-pg_env() { bash "$RELAYTEST_SRC/test/env/pg.sh" "$@" || fail "pg.sh $* failed"; }
 on() { "$PG_BIN/psql" -X -q -At -h 127.0.0.1 -p "$1" -U postgres -d "$2" -c "$3"; }
 
 log "primary on $PORT_A, standby on $PORT_B with hot_standby_feedback"
