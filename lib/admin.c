@@ -10,20 +10,6 @@
 #include "schema.h"
 #include "util.h"
 
-static PGresult *run(PGconn *conn, const char *sql, int n, const char *const *params, char *err,
-                     size_t errlen)
-{
-    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
-    if (!pgconn_result_ok(res)) {
-        char line[512];
-        pgconn_error_line(res, line, sizeof(line));
-        set_err(err, errlen, "%s", line);
-        PQclear(res);
-        return NULL;
-    }
-    return res;
-}
-
 /* A result cell as JSON: NULL -> null, numbers when asked, else a string. */
 static json_t *cell(PGresult *res, int row, int col, int numeric)
 {
@@ -99,7 +85,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   "   FROM %s WHERE status = 'PENDING') AS oldest_pending_age_seconds,"
                   " (SELECT count(*) FROM %s WHERE status = 'FAILED') AS failed_rows",
                   sql.version, t, t, t);
-    if (!(summary = run(conn, q.buf, 1, table_param, err, errlen)))
+    if (!(summary = pgconn_exec(conn, q.buf, 1, table_param, err, errlen)))
         goto out;
     strbuf_reset(&q);
     strbuf_printf(&q,
@@ -107,7 +93,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS created_at"
                   " FROM %s p WHERE status = 'FAILED' ORDER BY id LIMIT 100",
                   sql.topic_expr, t);
-    if (!(parked = run(conn, q.buf, 0, NULL, err, errlen)))
+    if (!(parked = pgconn_exec(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
     strbuf_reset(&q);
     strbuf_printf(&q,
@@ -115,7 +101,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   " count(*) FILTER (WHERE status = 'FAILED') AS failed_rows"
                   " FROM %s p WHERE status <> 'SENT' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 100",
                   sql.topic_expr, t);
-    if (!(topics = run(conn, q.buf, 0, NULL, err, errlen)))
+    if (!(topics = pgconn_exec(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
     strbuf_reset(&q);
     strbuf_printf(&q,
@@ -135,7 +121,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
                   " ORDER BY 1, 2",
                   sql.lease_key, OUTBOX_LEASE_PARTITIONS, schema_q, name, sql.lease_key,
                   OUTBOX_MEMBER_LOCK);
-    if (!(relays = run(conn, q.buf, 0, NULL, err, errlen)))
+    if (!(relays = pgconn_exec(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
 
     if (cfg->json) {
@@ -187,7 +173,7 @@ int admin_requeue(PGconn *conn, const struct config *cfg, FILE *out, char *err, 
                   "RETURNING id",
                   t, cfg->requeue_id ? "id = $1::int8" : cfg->requeue_key ? "aggregate_id = $1" : "true");
     const char *params[1] = {cfg->requeue_id ? cfg->requeue_id : cfg->requeue_key};
-    PGresult *res = run(conn, q.buf, cfg->requeue_all ? 0 : 1, params, err, errlen);
+    PGresult *res = pgconn_exec(conn, q.buf, cfg->requeue_all ? 0 : 1, params, err, errlen);
     int rc = -1;
     if (res) {
         if (cfg->json)
@@ -219,7 +205,7 @@ int admin_purge(PGconn *conn, const struct config *cfg, FILE *out, char *err, si
         char after_s[24];
         snprintf(after_s, sizeof(after_s), "%lld", after);
         const char *params[3] = {after_s, "5000", secs};
-        PGresult *res = run(conn, sql.purge, 3, params, err, errlen);
+        PGresult *res = pgconn_exec(conn, sql.purge, 3, params, err, errlen);
         if (!res) {
             rc = -1;
             break;

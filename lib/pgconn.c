@@ -553,3 +553,17 @@ void pgconn_conn_error_line(const PGconn *conn, char *buf, size_t len)
 {
     first_line(conn ? PQerrorMessage(conn) : "no connection", buf, len);
 }
+
+PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      char *err, size_t errlen)
+{
+    PGresult *res = nparams ? PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0)
+                            : PQexec(conn, sql);
+    if (pgconn_result_ok(res))
+        return res;
+    char line[512];
+    pgconn_error_line(res, line, sizeof(line));
+    set_err(err, errlen, "%s", line);
+    PQclear(res);
+    return NULL;
+}

@@ -53,5 +53,10 @@ const char *pgconn_sqlstate(const PGresult *res);
 void pgconn_error_line(const PGresult *res, char *buf, size_t len);
 /* First line of a connection's error message (libpq's are multi-line). */
 void pgconn_conn_error_line(const PGconn *conn, char *buf, size_t len);
+/* Blocking, for the command-line commands only (never on the relay's loop): runs sql
+ * (PQexec when nparams is 0, so it may hold several statements) and returns its result,
+ * or NULL with err set to the first line of the error. */
+PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      char *err, size_t errlen);
 
 #endif

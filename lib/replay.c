@@ -59,19 +59,6 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
 }
 
-static PGresult *exec(PGconn *conn, const char *sql, int n, const char *const *params,
-                      char *err, size_t errlen)
-{
-    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
-    if (pgconn_result_ok(res))
-        return res;
-    char line[512];
-    pgconn_error_line(res, line, sizeof(line));
-    set_err(err, errlen, "%s", line);
-    PQclear(res);
-    return NULL;
-}
-
 /* Serves the loop until nothing is left in the producer, or nothing was reported for
  * STALL_S seconds (Kafka unreachable): then what is left is purged and counted failed. */
 static void drain(struct ev_loop *loop, struct sink *sk, struct replay *rp, int below)
@@ -126,7 +113,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     if (cfg->since && !cfg->limit) {
         strbuf_printf(&q, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'SENT' AND %s LIMIT %d) s",
                       t, filter, GUARD_ROWS + 1);
-        if (!(res = exec(conn, q.buf, nparams, params, err, errlen)))
+        if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
             goto out;
         long long n = atoll(PQgetvalue(res, 0, 0));
         PQclear(res);
@@ -143,7 +130,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
         if (!(sk = sink_new(loop, cfg, &replay_callbacks, &rp, err, errlen)))
             goto out;
     }
-    if (!(res = exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
+    if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
     strbuf_printf(&q,
@@ -153,7 +140,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
                   t, filter);
     if (cfg->limit)
         strbuf_printf(&q, " LIMIT %lld", cfg->limit);
-    if (!(res = exec(conn, q.buf, nparams, params, err, errlen)))
+    if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
         goto out;
     PQclear(res);
     ev_timer tick;
@@ -162,7 +149,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
         ev_timer_start(loop, &tick);
     }
     for (;;) {
-        res = exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
+        res = pgconn_exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
         if (!res)
             goto out;
         int n = PQntuples(res);
@@ -212,7 +199,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     }
     if (loop)
         drain(loop, sk, &rp, 0);
-    if (!(res = exec(conn, "COMMIT", 0, NULL, err, errlen)))
+    if (!(res = pgconn_exec(conn, "COMMIT", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
     res = NULL;

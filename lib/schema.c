@@ -105,18 +105,9 @@ enum schema_check schema_check_result(const PGresult *res, const char *table, in
 static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
                    char *err, size_t errlen)
 {
-    /* PQexec for parameterless (possibly multi-statement) SQL; the extended protocol
-     * takes one statement only. */
-    PGresult *res = nparams ? PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0)
-                            : PQexec(conn, sql);
-    int rc = 0;
-    if (!pgconn_result_ok(res)) {
-        char line[512];
-        pgconn_error_line(res, line, sizeof(line));
-        rc = set_err(err, errlen, "%s", line);
-    }
+    PGresult *res = pgconn_exec(conn, sql, nparams, params, err, errlen);
     PQclear(res);
-    return rc;
+    return res ? 0 : -1;
 }
 
 /* A migration's text is split into sections at lines "-- @outside-transaction": the first

@@ -34,11 +34,12 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
     }
 }
 
-/* A claim row as the message mapping reads it (borrowed from res). */
-static struct outbox_row claim_row(const PGresult *res, int i)
+/* A claim row as the message mapping reads it (borrowed from res); the numbers were read
+ * once, into its window slot, when it was claimed. */
+static struct outbox_row claim_row(const PGresult *res, int i, const struct inflight_row *slot)
 {
     return (struct outbox_row){
-        .id = pg_int(PQgetvalue(res, i, CLAIM_ID)),
+        .id = slot->id,
         .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
         .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
@@ -47,8 +48,8 @@ static struct outbox_row claim_row(const PGresult *res, int i)
         .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
         .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
         .headers = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = pg_int(PQgetvalue(res, i, CLAIM_CREATED_MS)),
-        .attempts = (int)pg_int(PQgetvalue(res, i, CLAIM_ATTEMPTS)),
+        .created_ms = slot->created_ms,
+        .attempts = slot->attempts,
     };
 }
 
@@ -78,10 +79,10 @@ void produce_claimed(struct relay *r)
     PGresult *res = r->claim.res;
     int n = PQntuples(res);
     for (; r->claim.next < n && r->mode == MODE_RUNNING; r->claim.next++) {
-        struct outbox_row row = claim_row(res, r->claim.next);
-        struct inflight_row *slot = window_find(&r->win, row.id);
+        struct inflight_row *slot = window_find(&r->win, pg_int(PQgetvalue(res, r->claim.next, CLAIM_ID)));
         if (!slot || slot->state != ROW_QUEUED)
             continue;
+        struct outbox_row row = claim_row(res, r->claim.next, slot);
         if (r->lease.part[slot->partition].state != LEASE_ACTIVE) {
             window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
             continue;
