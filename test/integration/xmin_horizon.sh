@@ -62,7 +62,8 @@ grep -q "no longer held back by standby 'it_standby_b'" "$WORK/relay-main.log" |
 #    standby stopped.
 on "$PORT_A" postgres "SELECT pg_create_physical_replication_slot('it_slot_b')" >/dev/null
 on "$PORT_B" postgres "ALTER SYSTEM SET primary_slot_name = 'it_slot_b'" >/dev/null
-on "$PORT_B" postgres "SELECT pg_reload_conf()" >/dev/null
+pg_env stop "$HA/b" # a restart, not a reload: the walreceiver then starts on the slot at once
+pg_env start "$HA/b" "$PORT_B"
 wait_until 30 "the standby streams through its slot" \
     test "$(on "$PORT_A" postgres "SELECT active FROM pg_replication_slots WHERE slot_name = 'it_slot_b'")" = t
 query_on_standby
