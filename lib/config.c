@@ -565,13 +565,13 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             if (have_command)
                 return set_err(err, errlen, "unexpected argument '%s' (see --help)", arg);
             static const char *const commands[] = {"run", "migrate", "status", "requeue", "purge",
-                                                   "replay"};
+                                                   "replay", "audit"};
             int known = 0;
             for (size_t c = 0; c < ARRAY_LEN(commands); c++)
                 known |= strcmp(arg, commands[c]) == 0;
             if (!known)
                 return set_err(err, errlen, "unknown command '%s' (commands: run, migrate, "
-                               "status, requeue, purge, replay)", arg);
+                               "status, requeue, purge, replay, audit)", arg);
             free(cfg->command);
             cfg->command = xstrdup(arg);
             have_command = 1;
@@ -611,8 +611,10 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
         return set_err(err, errlen, "requeue: give exactly one of --id N, --key K, --all");
     if (strcmp(cfg->command, "replay") == 0 && !!cfg->requeue_id + !!cfg->requeue_key + !!cfg->since != 1)
         return set_err(err, errlen, "replay: give exactly one of --id N, --key K, --since T");
-    if (cfg->until && !cfg->since)
+    if (cfg->until && !cfg->since && strcmp(cfg->command, "audit") != 0)
         return set_err(err, errlen, "--until needs --since");
+    if (strcmp(cfg->command, "audit") == 0 && (cfg->requeue_id || cfg->requeue_key || cfg->limit || cfg->dry_run))
+        return set_err(err, errlen, "audit: only --since T, --until T and --json apply");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -674,6 +676,9 @@ void config_print_help(FILE *out)
             "  purge [--json]                  delete SENT rows older than OUTBOX_RETENTION now\n"
             "  replay (--id N | --key K | --since T [--until T]) [--limit N] [--dry-run] [--json]\n"
             "                 publish SENT rows again, as first published (a duplicate drill)\n"
+            "  audit [--since T] [--until T] [--json]\n"
+            "                 compare the table with Kafka: lost, duplicates, order, completion\n"
+            "                 (exit 0 all there, 1 rows lost or out of order, 2 no audit)\n"
             "  --check-config validate settings and reach PostgreSQL and Kafka, then exit\n"
             "                 (0 ok, 1 unreachable, 2 invalid setting)\n\n"
             "settings (flag, environment variable, default):\n");

@@ -47,13 +47,13 @@ struct config {
     size_t n_kafka;
 
     /* Not settings: what the command line asked for. */
-    char *command;     /* "run" (default), "migrate", "status", "requeue", "purge", "replay" */
+    char *command;     /* "run" (default), "migrate", "status", "requeue", "purge", "replay", "audit" */
     int json;          /* --json: machine-readable output of status/requeue/purge/replay */
     char *requeue_id;  /* requeue/replay --id N */
     char *requeue_key; /* requeue/replay --key K */
     int requeue_all;   /* requeue --all */
-    char *since;       /* replay --since T (a timestamp PostgreSQL reads) */
-    char *until;       /* replay --until T */
+    char *since;       /* replay/audit --since T (a timestamp PostgreSQL reads) */
+    char *until;       /* replay/audit --until T */
     long long limit;   /* replay --limit N (0: none) */
     int dry_run;       /* replay --dry-run */
     int check_config;  /* --check-config */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "audit.h"
 #include "replay.h"
 #include "config.h"
 #include "dsn.h"
@@ -140,6 +141,19 @@ static int replay(const struct config *cfg)
     return rc;
 }
 
+static int audit(const struct config *cfg)
+{
+    PGconn *conn = connect_blocking(cfg);
+    if (!conn)
+        return 2;
+    char err[1024];
+    int rc = audit_run(conn, cfg, stdout, err, sizeof(err));
+    PQfinish(conn);
+    if (rc != 0)
+        log_error("audit: %s", err);
+    return rc;
+}
+
 /* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
 static int check_config(const struct config *cfg)
 {
@@ -199,6 +213,8 @@ int main(int argc, char **argv)
             code = migrate(&cfg);
         else if (strcmp(cfg.command, "replay") == 0)
             code = replay(&cfg);
+        else if (strcmp(cfg.command, "audit") == 0)
+            code = audit(&cfg);
         else if (strcmp(cfg.command, "run") != 0)
             code = admin(&cfg);
         else

@@ -30,4 +30,11 @@ log "$dups rows published twice; the restarted relay estimated $possible (outbox
 [ "$dups" -le 600 ] || fail "$dups duplicates: more than OUTBOX_MAX_INFLIGHT (600)"
 [ "$dups" -le $((possible + 200)) ] || fail "$dups duplicates: more than the estimate $possible plus one claim (200)"
 [ "$possible" -le 600 ] || fail "estimate $possible is above OUTBOX_MAX_INFLIGHT (600)"
+# outbox-relay audit counts the same duplicates and loses nothing
+relay_env
+audit=$(env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" audit --json 2>"$WORK/audit.log") ||
+    fail "audit exited $? after crash-before-mark: $(tail -3 "$WORK/audit.log")"
+jq -e --argjson d "$dups" '.committed == 3000 and .delivered == 3000 and .lost == 0 and .duplicates == $d
+       and .order_violations == 0' <<<"$audit" >/dev/null || fail "audit after crash-before-mark ($dups duplicates): $audit"
+log "audit: $(jq -c '{committed, delivered, lost, duplicates, order_violations}' <<<"$audit")"
 log "ok: none lost"

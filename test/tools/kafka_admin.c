@@ -1,17 +1,53 @@
 /* Test tool: Kafka admin operations the tests need, through librdkafka's admin API.
  *   kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT
+ *   kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET
+ *     (deletes the partition's messages below OFFSET, as retention deletes old segments:
+ *     the low watermark moves to OFFSET)
  * Exits 0 when the broker accepted the request. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static int usage(void)
+{
+    fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n"
+                    "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n");
+    return 2;
+}
+
+/* The error of the one topic or partition the request was about. */
+static int result(rd_kafka_event_t *ev, int create)
+{
+    if (rd_kafka_event_error(ev)) {
+        fprintf(stderr, "kafka-admin: %s\n", rd_kafka_event_error_string(ev));
+        return 1;
+    }
+    if (create) {
+        size_t n;
+        const rd_kafka_topic_result_t **res =
+            rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
+        if (n == 1 && rd_kafka_topic_result_error(res[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+        fprintf(stderr, "kafka-admin: %s\n", n ? rd_kafka_topic_result_error_string(res[0]) : "no result");
+        return 1;
+    }
+    const rd_kafka_topic_partition_list_t *parts =
+        rd_kafka_DeleteRecords_result_offsets(rd_kafka_event_DeleteRecords_result(ev));
+    if (parts && parts->cnt == 1 && parts->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return 0;
+    fprintf(stderr, "kafka-admin: %s\n", parts && parts->cnt ? rd_kafka_err2str(parts->elems[0].err) : "no result");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 6 || strcmp(argv[1], "--bootstrap") != 0 || strcmp(argv[3], "create-partitions") != 0) {
-        fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n");
-        return 2;
-    }
+    if (argc < 6 || strcmp(argv[1], "--bootstrap") != 0)
+        return usage();
+    int create = strcmp(argv[3], "create-partitions") == 0 && argc == 6;
+    int del = strcmp(argv[3], "delete-records") == 0 && argc == 7;
+    if (!create && !del)
+        return usage();
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", argv[2], err, sizeof(err)) != RD_KAFKA_CONF_OK) {
@@ -23,31 +59,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "kafka-admin: %s\n", err);
         return 1;
     }
-    rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(argv[4], (size_t)atoi(argv[5]), err, sizeof(err));
-    if (!np) {
-        fprintf(stderr, "kafka-admin: %s\n", err);
-        return 2;
-    }
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_NewPartitions_t *np = NULL;
+    rd_kafka_DeleteRecords_t *dr = NULL;
+    if (create) {
+        if (!(np = rd_kafka_NewPartitions_new(argv[4], (size_t)atoi(argv[5]), err, sizeof(err)))) {
+            fprintf(stderr, "kafka-admin: %s\n", err);
+            return 2;
+        }
+        rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    } else {
+        rd_kafka_topic_partition_list_t *before = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(before, argv[4], atoi(argv[5]))->offset = atoll(argv[6]);
+        dr = rd_kafka_DeleteRecords_new(before);
+        rd_kafka_topic_partition_list_destroy(before);
+        rd_kafka_DeleteRecords(rk, &dr, 1, NULL, q);
+    }
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
     int rc = 1;
-    if (!ev) {
+    if (!ev)
         fprintf(stderr, "kafka-admin: no answer within 30 s\n");
-    } else if (rd_kafka_event_error(ev)) {
-        fprintf(stderr, "kafka-admin: %s\n", rd_kafka_event_error_string(ev));
-    } else {
-        size_t n;
-        const rd_kafka_topic_result_t **res =
-            rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
-        if (n == 1 && rd_kafka_topic_result_error(res[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
-            rc = 0;
-        else
-            fprintf(stderr, "kafka-admin: %s\n", n ? rd_kafka_topic_result_error_string(res[0]) : "no result");
-    }
+    else
+        rc = result(ev, create);
     if (ev)
         rd_kafka_event_destroy(ev);
-    rd_kafka_NewPartitions_destroy(np);
+    if (np)
+        rd_kafka_NewPartitions_destroy(np);
+    if (dr)
+        rd_kafka_DeleteRecords_destroy(dr);
     rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
     return rc;

@@ -163,8 +163,31 @@ static void test_topic_allow(void)
     ok(!config_topic_allowed("orders.*", "_orders.x"), "patterns are anchored");
 }
 
+/* The commands' own arguments: what each command accepts and refuses. */
+static void test_command_args(void)
+{
+    struct config cfg;
+    char err[512] = "";
+    char *env[] = {NULL};
+    char *audit_until[] = {"outbox-relay", "audit", "--until", "2026-11-30", "--json", NULL};
+    is_int(load(&cfg, env, audit_until, err, sizeof(err)), 0, "audit --until alone loads: %s", err);
+    is_str(cfg.command, "audit", "audit parsed");
+    is_str(cfg.until, "2026-11-30", "audit --until kept");
+    ok(cfg.since == NULL && cfg.json, "audit: no --since, --json");
+    config_destroy(&cfg);
+    char *audit_limit[] = {"outbox-relay", "audit", "--limit", "5", NULL};
+    is_int(load(&cfg, env, audit_limit, err, sizeof(err)), -1, "audit --limit refused");
+    ok(strstr(err, "audit: only --since T, --until T and --json apply") != NULL, "audit says what applies: %s", err);
+    config_destroy(&cfg);
+    char *replay_until[] = {"outbox-relay", "replay", "--key", "k", "--until", "2026-11-30", NULL};
+    is_int(load(&cfg, env, replay_until, err, sizeof(err)), -1, "replay --until without --since refused");
+    ok(strstr(err, "--until needs --since") != NULL, "replay says --until needs --since: %s", err);
+    config_destroy(&cfg);
+}
+
 int main(void)
 {
+    test_command_args();
     test_topic_allow();
     test_defaults();
     test_env_and_flags();
