@@ -156,6 +156,10 @@ static int make_consumer(struct audit *a)
         {"enable.auto.offset.store", "false"},
         {"enable.partition.eof", "true"},
         {"auto.offset.reset", "earliest"},
+        /* prefetch: librdkafka's defaults (64 MB queued per partition, 50 MB fetches) would
+         * make memory grow with the partition count; 4 MB keeps the reader ahead of COPY */
+        {"queued.max.messages.kbytes", "4096"},
+        {"fetch.max.bytes", "4194304"},
     };
     for (size_t i = 0; i < ARRAY_LEN(consumer); i++)
         rd_kafka_conf_set(conf, consumer[i][0], consumer[i][1], kerr, sizeof(kerr));

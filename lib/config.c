@@ -344,7 +344,7 @@ static void add_kafka(struct config *cfg, const char *name, const char *value, c
 }
 
 /* Reads a NAME_FILE secret: whole file, one trailing newline removed. */
-static char *read_secret(const char *path, const char *origin, char *err, size_t errlen)
+char *config_read_secret(const char *path, const char *origin, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -373,7 +373,7 @@ static char *read_secret(const char *path, const char *origin, char *err, size_t
 
 /* Kubernetes service links for a Service named "outbox"/"outbox-kafka" produce variables
  * such as OUTBOX_KAFKA_PORT or OUTBOX_KAFKA_SERVICE_HOST that nobody set on purpose. */
-static int is_service_link(const char *name)
+int config_is_service_link(const char *name)
 {
     size_t n = strlen(name);
     if (n >= 5 && strcmp(name + n - 5, "_PORT") == 0)
@@ -382,7 +382,7 @@ static int is_service_link(const char *name)
            strstr(name, "_SERVICE_PORT") != NULL;
 }
 
-static char *kafka_name_from_env(const char *suffix)
+char *config_kafka_name(const char *suffix)
 {
     char *name = xstrdup(suffix);
     for (char *p = name; *p; p++)
@@ -441,7 +441,7 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
         if (find_env(name, n) || strncmp(name, "OUTBOX_KAFKA_", 13) == 0) {
             char origin[300];
             snprintf(origin, sizeof(origin), "%s_FILE", name);
-            char *secret = read_secret(value, origin, err, errlen);
+            char *secret = config_read_secret(value, origin, err, errlen);
             if (!secret) {
                 rc = -1;
                 goto out;
@@ -458,11 +458,11 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
     if (s) {
         rc = apply(cfg, s, value, name, err, errlen);
     } else if (strncmp(name, "OUTBOX_KAFKA_", 13) == 0 && name[13]) {
-        if (is_service_link(name)) {
+        if (config_is_service_link(name)) {
             log_warn("ignoring %s: looks like a Kubernetes service link variable "
                      "(set enableServiceLinks: false on the pod)", name);
         } else {
-            char *prop = kafka_name_from_env(name + 13);
+            char *prop = config_kafka_name(name + 13);
             add_kafka(cfg, prop, value, name);
             free(prop);
         }

@@ -78,6 +78,14 @@ int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
 /* Whether rows may name this topic under OUTBOX_TOPIC_ALLOW (allow: the setting's value). */
 int config_topic_allowed(const char *allow, const char *topic);
 
+/* Shared with outbox-inbox's settings: a NAME_FILE secret's content (one trailing newline
+ * dropped; origin names it in errors; caller frees), whether NAME looks like a Kubernetes
+ * service link variable, and the librdkafka property of a <PREFIX>_KAFKA_ suffix
+ * (BOOTSTRAP_SERVERS -> bootstrap.servers; caller frees). */
+char *config_read_secret(const char *path, const char *origin, char *err, size_t errlen);
+int config_is_service_link(const char *name);
+char *config_kafka_name(const char *suffix);
+
 void config_print_help(FILE *out);
 /* Prints the settings table as Markdown (the README's configuration reference). */
 void config_print_markdown(FILE *out);

@@ -57,25 +57,25 @@ void metrics_init(struct metrics *m)
     histogram_init(&m->batch_rows, batch_bounds, ARRAY_LEN(batch_bounds));
 }
 
-static void head(struct strbuf *o, const char *name, const char *type, const char *help)
+void metrics_head(struct strbuf *o, const char *name, const char *type, const char *help)
 {
     strbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void counter(struct strbuf *o, const char *name, const char *help, uint64_t v)
 {
-    head(o, name, "counter", help);
+    metrics_head(o, name, "counter", help);
     strbuf_printf(o, "%s %llu\n", name, (unsigned long long)v);
 }
 
 static void gauge(struct strbuf *o, const char *name, const char *help, double v)
 {
-    head(o, name, "gauge", help);
+    metrics_head(o, name, "gauge", help);
     strbuf_printf(o, "%s %.17g\n", name, v);
 }
 
 /* Label values: escape backslash, quote and newline. */
-static void label_value(struct strbuf *o, const char *v)
+void metrics_label_value(struct strbuf *o, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
@@ -87,9 +87,9 @@ static void label_value(struct strbuf *o, const char *v)
     }
 }
 
-static void histogram(struct strbuf *o, const char *name, const char *help, const struct histogram *h)
+void metrics_histogram(struct strbuf *o, const char *name, const char *help, const struct histogram *h)
 {
-    head(o, name, "histogram", help);
+    metrics_head(o, name, "histogram", help);
     uint64_t cum = 0;
     for (size_t i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
@@ -102,9 +102,9 @@ static void histogram(struct strbuf *o, const char *name, const char *help, cons
 
 void metrics_render(const struct metrics *m, const char *version, struct strbuf *o)
 {
-    head(o, "outbox_build_info", "gauge", "Build information; always 1.");
+    metrics_head(o, "outbox_build_info", "gauge", "Build information; always 1.");
     strbuf_puts(o, "outbox_build_info{version=\"");
-    label_value(o, version);
+    metrics_label_value(o, version);
     strbuf_puts(o, "\"} 1\n");
 
     gauge(o, "outbox_pending_rows",
@@ -128,7 +128,7 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
           "1 if the relay cannot make progress (see outbox_stalled); the process stays alive.",
           m->degraded);
 
-    head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
+    metrics_head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
     static const char *const reasons[] = {"postgres_unreachable", "kafka_unreachable",
                                           "lease_partitions_unowned", "topic_paused",
                                           "parked_key", "long_transaction", "xmin_horizon_held",
@@ -137,33 +137,33 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
         strbuf_printf(o, "outbox_stalled{reason=\"%s\"} %d\n", reasons[i],
                       m->stall_reason && strcmp(m->stall_reason, reasons[i]) == 0);
 
-    head(o, "outbox_topic_paused", "gauge", "1 for each topic paused by a topic-level error.");
+    metrics_head(o, "outbox_topic_paused", "gauge", "1 for each topic paused by a topic-level error.");
     for (size_t i = 0; i < m->n_paused_topics; i++) {
         strbuf_puts(o, "outbox_topic_paused{topic=\"");
-        label_value(o, m->paused_topics[i]);
+        metrics_label_value(o, m->paused_topics[i]);
         strbuf_puts(o, "\"} 1\n");
     }
 
-    head(o, "outbox_long_transaction_age_seconds", "gauge",
+    metrics_head(o, "outbox_long_transaction_age_seconds", "gauge",
          "Age of the oldest transaction open longer than the threshold (holds back vacuum).");
     if (m->long_tx_pid || m->long_tx_age_seconds > 0) {
         strbuf_printf(o, "outbox_long_transaction_age_seconds{pid=\"%d\",xid=\"", m->long_tx_pid);
-        label_value(o, m->long_tx_xid);
+        metrics_label_value(o, m->long_tx_xid);
         strbuf_puts(o, "\",application_name=\"");
-        label_value(o, m->long_tx_application);
+        metrics_label_value(o, m->long_tx_application);
         strbuf_puts(o, "\",usename=\"");
-        label_value(o, m->long_tx_user);
+        metrics_label_value(o, m->long_tx_user);
         strbuf_printf(o, "\"} %.3f\n", m->long_tx_age_seconds);
     }
 
-    head(o, "outbox_xmin_horizon_held_seconds", "gauge",
+    metrics_head(o, "outbox_xmin_horizon_held_seconds", "gauge",
          "How long a replication slot or standby has held the xmin horizon older than any "
          "running transaction (holds back vacuum), once past the long-transaction threshold.");
     if (m->xmin_holder_seconds > 0) {
         strbuf_puts(o, "outbox_xmin_horizon_held_seconds{kind=\"");
-        label_value(o, m->xmin_holder_kind);
+        metrics_label_value(o, m->xmin_holder_kind);
         strbuf_puts(o, "\",name=\"");
-        label_value(o, m->xmin_holder_name);
+        metrics_label_value(o, m->xmin_holder_name);
         strbuf_printf(o, "\"} %.3f\n", m->xmin_holder_seconds);
     }
 
@@ -171,7 +171,7 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
     counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
     counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
-    head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
+    metrics_head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
     for (int r = 0; r < FAILURE_REASONS; r++)
         strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
                       failure_reason_name((enum failure_reason)r),
@@ -193,11 +193,11 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
             m->doorbell_wakeups_total);
     gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
-    head(o, "outbox_lease_partitions_unowned", "gauge",
+    metrics_head(o, "outbox_lease_partitions_unowned", "gauge",
          "Lease partitions no relay of the table held at this relay's last scan (free, or "
          "locked by another session); nobody publishes them meanwhile.");
     strbuf_puts(o, "outbox_lease_partitions_unowned{table=\"");
-    label_value(o, m->table ? m->table : "");
+    metrics_label_value(o, m->table ? m->table : "");
     strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
     gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
           (double)m->lease_relays);
@@ -214,7 +214,7 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
             "Partitions taken over from a relay that did not release them.", m->lease_takeovers_total);
     counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
             m->lease_lost_total);
-    histogram(o, "outbox_event_latency_seconds",
+    metrics_histogram(o, "outbox_event_latency_seconds",
               "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
-    histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
+    metrics_histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
 }

@@ -86,6 +86,12 @@ struct metrics {
     struct histogram batch_rows; /* rows per claim */
 };
 
+/* Exposition pieces, shared with outbox-inbox's metrics: the HELP/TYPE lines, a label
+ * value escaped, a histogram's buckets, sum and count. */
+void metrics_head(struct strbuf *o, const char *name, const char *type, const char *help);
+void metrics_label_value(struct strbuf *o, const char *v);
+void metrics_histogram(struct strbuf *o, const char *name, const char *help, const struct histogram *h);
+
 void metrics_init(struct metrics *m);
 /* Appends the exposition text. version is the build's version string. */
 void metrics_render(const struct metrics *m, const char *version, struct strbuf *out);

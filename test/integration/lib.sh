@@ -21,7 +21,7 @@ log() { printf '# [%s %s] %s\n' "$(date +%H:%M:%S)" "$TEST_NAME" "$*"; }
 
 fail() {
     log "FAIL: $*"
-    for f in "$WORK"/relay*.log; do
+    for f in "$WORK"/relay*.log "$WORK"/inbox*.log; do
         [ -f "$f" ] || continue
         log "---- last lines of $f"
         tail -n 40 "$f" | sed 's/^/#   /'
@@ -229,3 +229,50 @@ kafka_start() { bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$RELAYTEST_KAFKA_
 pg_stop() { bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$RELAYTEST_PG_DIR"; }
 pg_kill() { bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$RELAYTEST_PG_DIR"; }
 pg_start() { bash "$RELAYTEST_SRC/test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT"; }
+
+# ---- outbox-inbox: the consumer half, in a database of its own ($CDSN)
+CDB=${DB}_in
+CDSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$CDB"
+cpsql() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$CDSN" -c "$1"; }
+
+# setup_inbox_db: the consumer's database with the inbox table (outbox-inbox migrate) and a
+# handler apply_event that counts applications per event (applied.times) and checks each
+# key's order (payload n must grow per key; key_order.violations counts the opposite).
+# Key 'poison' always fails.
+setup_inbox_db() {
+    "$PG_BIN/psql" -X -q -At "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
+        -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $CDB WITH (FORCE)" -c "CREATE DATABASE $CDB" ||
+        fail "cannot create the consumer's database"
+    INBOX_PG_DSN=$CDSN "$RELAYTEST_INBOX_BIN" migrate >"$WORK/inbox-migrate.log" 2>&1 ||
+        { cat "$WORK/inbox-migrate.log"; fail "outbox-inbox migrate failed"; }
+    cpsql "CREATE TABLE applied (event_id uuid PRIMARY KEY, key text NOT NULL, n int, times int NOT NULL DEFAULT 1);
+           CREATE TABLE key_order (key text PRIMARY KEY, last_n int NOT NULL, violations int NOT NULL DEFAULT 0);
+           CREATE FUNCTION apply_event(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)
+           RETURNS void LANGUAGE plpgsql AS \$\$
+           #variable_conflict use_column
+           BEGIN
+               IF key = 'poison' THEN RAISE EXCEPTION 'cannot apply % of %', event_type, key; END IF;
+               INSERT INTO applied VALUES (event_id, key, (payload->>'n')::int)
+                   ON CONFLICT (event_id) DO UPDATE SET times = applied.times + 1;
+               INSERT INTO key_order VALUES (key, (payload->>'n')::int)
+                   ON CONFLICT (key) DO UPDATE SET last_n = EXCLUDED.last_n,
+                       violations = key_order.violations + (EXCLUDED.last_n < key_order.last_n)::int;
+           END \$\$"
+}
+
+# start_inbox NAME [env...]: outbox-inbox in the background on TOPICS (default: the
+# test's order topic), log in $WORK/inbox-NAME.log; metric/http_port work with NAME.
+start_inbox() {
+    local name=$1
+    shift
+    local port
+    port=$(free_port)
+    env INBOX_PG_DSN="$CDSN" INBOX_TOPICS="${INBOX_TOPICS_TEST:-$TOPIC_PREFIX.order}" INBOX_HANDLER=apply_event \
+        INBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" INBOX_KAFKA_GROUP_ID="$TOPIC_PREFIX.group" \
+        INBOX_HTTP_ADDR="127.0.0.1:$port" INBOX_RETRY_BACKOFF_MS=10 INBOX_RETRY_BACKOFF_MAX_MS=200 \
+        INBOX_KAFKA_TOPIC_METADATA_REFRESH_INTERVAL_MS=1000 INBOX_KAFKA_SESSION_TIMEOUT_MS=6000 "$@" \
+        "$RELAYTEST_INBOX_BIN" >>"$WORK/inbox-$name.log" 2>&1 &
+    local pid=$!
+    RELAY_PIDS+=("$pid")
+    eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$port"
+}

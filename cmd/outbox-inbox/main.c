@@ -1,0 +1,116 @@
+/* outbox-inbox: consumes the relay's topics and applies each event once, in the consumer's
+ * database (see lib/inbox/inbox.c). Parses settings, then runs, migrates, or checks the
+ * settings (--check-config). The only place that exits. */
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inbox.h"
+#include "inbox_config.h"
+#include "log.h"
+
+#ifndef OUTBOX_VERSION
+#define OUTBOX_VERSION "dev"
+#endif
+
+extern char **environ;
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+/* 0 when PostgreSQL answers with the table and handler in place and Kafka answers. */
+static int check_config(const struct inbox_config *cfg)
+{
+    PGconn *conn = inbox_connect(cfg);
+    if (!conn)
+        return 1;
+    char err[1024];
+    char *call = NULL;
+    int rc = cfg->handler[0] ? inbox_resolve(conn, cfg, &call, err, sizeof(err)) : 0;
+    PQfinish(conn);
+    free(call);
+    if (rc) {
+        log_error("check-config: %s", err);
+        return 1;
+    }
+    log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        log_error("check-config: kafka: %s", err);
+        return 1;
+    }
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
+    if (e) {
+        log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(e));
+        rc = 1;
+    } else {
+        log_info("check-config: kafka reachable (%d brokers)", md->broker_cnt);
+        rd_kafka_metadata_destroy(md);
+    }
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+static int migrate(const struct inbox_config *cfg)
+{
+    PGconn *conn = inbox_connect(cfg);
+    if (!conn)
+        return 1;
+    char err[1024];
+    int rc = inbox_migrate(conn, cfg, err, sizeof(err));
+    PQfinish(conn);
+    if (rc) {
+        log_error("migrate: %s", err);
+        return 1;
+    }
+    log_info("migrate: the inbox table %s is in place", cfg->table);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct inbox_config cfg;
+    char err[1024];
+    if (inbox_config_load(&cfg, environ, argc, argv, err, sizeof(err)) != 0) {
+        fprintf(stderr, "outbox-inbox: %s\n", err);
+        inbox_config_destroy(&cfg);
+        return 2;
+    }
+    int code = 0;
+    if (cfg.show_help == 2) {
+        inbox_config_print_markdown(stdout);
+    } else if (cfg.show_help) {
+        inbox_config_print_help(stdout);
+    } else if (cfg.show_version) {
+        printf("outbox-inbox %s (librdkafka %s)\n", OUTBOX_VERSION, rd_kafka_version_str());
+    } else {
+        log_setup(cfg.log_level, cfg.log_format);
+        if (cfg.check_config) {
+            code = check_config(&cfg);
+        } else if (strcmp(cfg.command, "migrate") == 0) {
+            code = migrate(&cfg);
+        } else {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof(sa));
+            sa.sa_handler = on_signal;
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGINT, &sa, NULL);
+            signal(SIGPIPE, SIG_IGN);
+            code = inbox_run(&cfg, &stop);
+        }
+    }
+    inbox_config_destroy(&cfg);
+    return code;
+}

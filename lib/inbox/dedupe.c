@@ -1,0 +1,111 @@
+/* Dedupe keys and the small parsing they need. */
+#include "dedupe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+json_t *inbox_json_pointer(json_t *doc, const char *pointer)
+{
+    if (!doc || !pointer)
+        return NULL;
+    if (!*pointer)
+        return doc;
+    if (*pointer != '/')
+        return NULL;
+    json_t *at = doc;
+    const char *p = pointer + 1;
+    for (;;) {
+        size_t n = strcspn(p, "/");
+        char *token = xmalloc(n + 1);
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                token[k++] = p[i + 1] == '0' ? '~' : '/';
+                i++;
+            } else {
+                token[k++] = p[i];
+            }
+        }
+        token[k] = '\0';
+        if (json_is_object(at)) {
+            at = json_object_get(at, token);
+        } else if (json_is_array(at)) {
+            char *end;
+            unsigned long idx = strtoul(token, &end, 10);
+            at = *token && !*end && (token[0] != '0' || !token[1]) ? json_array_get(at, idx) : NULL;
+        } else {
+            at = NULL;
+        }
+        free(token);
+        if (!at || !p[n])
+            return at;
+        p += n + 1;
+    }
+}
+
+char *inbox_header(rd_kafka_headers_t *hdrs, const char *name)
+{
+    const void *val = NULL;
+    size_t len = 0;
+    if (!hdrs || rd_kafka_header_get_last(hdrs, name, &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !val)
+        return NULL;
+    if (memchr(val, '\0', len))
+        return NULL; /* a header value that is not text cannot be a key */
+    return xstrndup(val, len);
+}
+
+int inbox_is_uuid(const char *s)
+{
+    static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    for (size_t i = 0; i < sizeof(shape) - 1; i++) {
+        char c = s[i];
+        if (shape[i] == '-' ? c != '-'
+                            : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+            return 0;
+    }
+    return s[sizeof(shape) - 1] == '\0';
+}
+
+int inbox_dedupe_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, json_t *payload,
+                     struct strbuf *out, char *why, size_t whylen)
+{
+    strbuf_reset(out);
+    if (cfg->n_key_parts == 0) {
+        char *id = inbox_header(hdrs, cfg->event_id_header);
+        if (!id || !*id) {
+            free(id);
+            return set_err(why, whylen, "no dedupe key: the message has no '%s' header", cfg->event_id_header);
+        }
+        strbuf_puts(out, id);
+        free(id);
+        return 0;
+    }
+    json_t *parts = json_array();
+    for (int i = 0; i < cfg->n_key_parts; i++) {
+        const struct inbox_key_part *kp = &cfg->key_parts[i];
+        if (kp->from_payload) {
+            json_t *v = payload ? inbox_json_pointer(payload, kp->name) : NULL;
+            if (!v || json_is_null(v)) {
+                json_decref(parts);
+                return set_err(why, whylen, "no dedupe key: the payload has no value at %s%s", kp->name,
+                               payload ? "" : " (the value is not JSON)");
+            }
+            json_array_append(parts, v);
+        } else {
+            char *h = inbox_header(hdrs, kp->name);
+            if (!h) {
+                json_decref(parts);
+                return set_err(why, whylen, "no dedupe key: the message has no '%s' header", kp->name);
+            }
+            json_array_append_new(parts, json_string(h));
+            free(h);
+        }
+    }
+    char *text = json_dumps(parts, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(parts);
+    if (!text)
+        return set_err(why, whylen, "no dedupe key: a part is not valid UTF-8");
+    strbuf_puts(out, text);
+    free(text);
+    return 0;
+}
