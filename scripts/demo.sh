@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end demo on a fresh machine: installs what it needs, starts a throwaway PostgreSQL
-# and Kafka, migrates the outbox table, runs the relay and a demo writer, and shows the
-# events arriving in Kafka. Ctrl-C stops everything cleanly and removes the servers.
+# and Kafka, migrates the outbox table, runs the relay and a demo writer, shows the events
+# arriving in Kafka, and applies them once each to a billing database with outbox-inbox.
+# Ctrl-C stops everything cleanly and removes the servers.
 #   DEMO_SECONDS=N scripts/demo.sh   stops by itself after N seconds
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,12 @@ finish() {
     echo "== stopping ($how)"
     [ -n "${writer:-}" ] && stop "$writer"
     [ -n "${tail_pid:-}" ] && stop "$tail_pid"
+    if [ -n "${inbox:-}" ]; then
+        stop "$inbox"
+        echo "outbox-inbox exited with status $?; its last line:"
+        tail -n 1 "$workdir/inbox.log"
+        echo "billing database: $(psql -X -At "$billing_dsn" -c "SELECT count(*) || ' orders applied once each, revenue ' || coalesce(sum(total), 0) FROM revenue" 2>/dev/null)"
+    fi
     if [ -n "${relay:-}" ]; then
         # After Ctrl-C the relay has the same SIGINT: give it a moment to start its shutdown.
         if [ "$how" = interrupted ]; then
@@ -56,6 +63,14 @@ echo "== outbox-relay migrate"
 ./build/outbox-relay migrate
 psql -X -q "$OUTBOX_PG_DSN" -c "CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY, total numeric NOT NULL)"
 
+echo "== outbox-inbox migrate, in a billing database with a handler that books each order"
+billing_dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=billing"
+psql -X -q "${OUTBOX_PG_DSN/dbname=outbox/dbname=postgres}" -c "CREATE DATABASE billing"
+INBOX_PG_DSN=$billing_dsn ./build/outbox-inbox migrate
+psql -X -q "$billing_dsn" -c "CREATE TABLE revenue (order_id text PRIMARY KEY, total numeric NOT NULL);
+    CREATE FUNCTION book_order(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)
+    RETURNS void LANGUAGE sql AS 'INSERT INTO revenue VALUES (key, (payload->>''total'')::numeric)'"
+
 echo "== starting the relay (log: $workdir/relay.log)"
 ./build/outbox-relay >"$workdir/relay.log" 2>&1 &
 relay=$!
@@ -64,16 +79,22 @@ echo "== starting the demo writer: one order and its outbox row per transaction"
 (
     n=0
     while true; do
-        n=$((n + 1))
+        n=$((n + 1)) total=$((RANDOM % 500)).99
         psql -X -q "$OUTBOX_PG_DSN" -c "BEGIN;
-            INSERT INTO orders VALUES ('order-$n', $((RANDOM % 500)).99);
+            INSERT INTO orders VALUES ('order-$n', $total);
             INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-              VALUES ('order', 'order-$n', 'OrderPlaced', jsonb_build_object('order_id', 'order-$n', 'n', $n));
+              VALUES ('order', 'order-$n', 'OrderPlaced',
+                      jsonb_build_object('order_id', 'order-$n', 'n', $n, 'total', $total));
             COMMIT;" >/dev/null 2>&1 || true
         sleep 0.5
     done
 ) &
 writer=$!
+
+echo "== starting outbox-inbox: each event applied once to billing (log: $workdir/inbox.log; /status on :9466)"
+INBOX_PG_DSN=$billing_dsn INBOX_KAFKA_BOOTSTRAP_SERVERS=$OUTBOX_KAFKA_BOOTSTRAP_SERVERS INBOX_TOPICS=outbox.event.order \
+    INBOX_HANDLER=book_order ./build/outbox-inbox >"$workdir/inbox.log" 2>&1 &
+inbox=$!
 
 echo "== events consumed from Kafka topic outbox.event.order (Ctrl-C to stop):"
 ./build/outbox-tail --bootstrap "$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" --topic outbox.event.order --from-beginning &

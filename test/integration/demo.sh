@@ -2,7 +2,8 @@
 # The Quick start's demo stops cleanly, both ways a user stops it: Ctrl-C (a SIGINT to the
 # whole process group, as a terminal sends it) and DEMO_SECONDS. Each run must exit 0, let
 # the relay finish its own shutdown (exit 0, not the "second signal" exit) and leave no
-# process and no folder behind.
+# process and no folder behind; outbox-inbox, which books the demo's orders in a billing
+# database, stops cleanly too, having applied some.
 . "$(dirname "$0")/lib.sh"
 
 group_gone() { ! pgrep -g "$1" >/dev/null; }
@@ -30,6 +31,10 @@ run_demo() {
         fail "demo ($how) did not stop the way it was asked to"
     grep -q '^relay exited with status 0' "$out" || fail "demo ($how): the relay did not shut down cleanly"
     grep -q 'relay stopped: ' "$out" || fail "demo ($how): the relay's last lines are missing"
+    grep -q '^outbox-inbox exited with status 0' "$out" && grep -q 'inbox stopped: [1-9][0-9]* applied' "$out" ||
+        fail "demo ($how): outbox-inbox did not apply events and stop cleanly"
+    grep -q '^billing database: [1-9][0-9]* orders applied once each, revenue [0-9.]*$' "$out" ||
+        fail "demo ($how): the billing database shows no order"
     local servers workdir
     servers=$(sed -n 's/^servers: .*(\(\/tmp\/outbox-servers\.[^)]*\))$/\1/p' "$out")
     workdir=$(sed -n 's/^== starting the relay (log: \(.*\)\/relay\.log)$/\1/p' "$out")
