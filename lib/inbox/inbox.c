@@ -57,8 +57,8 @@ struct inbox {
     rd_kafka_t *consumer, *producer;
     struct http *http;
     int64_t last_publish, last_retention;
-    long kill_after_commit; /* test builds: SIGKILL after this many commits (0: never) */
-    long commits;
+    long kill_after_commit; /* test builds: SIGKILL after the commit reaching this many messages */
+    long committed;         /* messages committed */
     /* metrics */
     uint64_t messages[RESULTS];
     uint64_t handler_failures, transient_errors, pg_reconnects, retention_deleted;
@@ -545,9 +545,11 @@ struct incoming {
     char *payload;      /* the value as text, NULL for an empty value */
     json_t *payload_doc;
     struct strbuf key;
+    const char *unusable; /* why it cannot be applied (no dedupe key, not JSON), or NULL */
+    char why[512];
 };
 
-static void incoming_init(struct incoming *in, rd_kafka_message_t *m)
+static void incoming_init(struct incoming *in, rd_kafka_message_t *m, const struct inbox_config *cfg)
 {
     memset(in, 0, sizeof(*in));
     in->m = m;
@@ -574,6 +576,10 @@ static void incoming_init(struct incoming *in, rd_kafka_message_t *m)
         in->payload = xstrndup(m->payload, m->len);
         in->payload_doc = json_loadb(m->payload, m->len, JSON_DECODE_ANY, NULL);
     }
+    if (inbox_dedupe_key(cfg, in->hdrs, in->payload_doc, &in->key, in->why, sizeof(in->why)) != 0)
+        in->unusable = in->why;
+    else if (in->payload && !in->payload_doc)
+        in->unusable = "the value is not JSON (the handler takes jsonb)";
 }
 
 static void incoming_destroy(struct incoming *in)
@@ -603,27 +609,35 @@ static void insert_params(const struct inbox *ib, const struct incoming *in, con
     params[9] = error;
 }
 
-/* One transaction: the dedupe record, and the handler if the record is new. */
-static enum outcome apply_once(struct inbox *ib, struct incoming *in, int attempt)
+/* One transaction for in[0..n): per message the dedupe record, and the handler if the
+ * record is new; then one commit (one WAL flush for the whole run). DONE_*: all committed
+ * (fresh[i] says which were applied). RETRY_HANDLER: message *bad failed and nothing was
+ * committed (the caller commits the ones before it in a shorter run, then retries that
+ * one alone: the order of effects stays the order of messages). RETRY_TRANSIENT: nothing
+ * committed, nothing said about the messages. */
+static enum outcome apply_run(struct inbox *ib, struct incoming *in, int n, int attempt, int *fresh, int *bad)
 {
     char attempts[16];
     snprintf(attempts, sizeof(attempts), "%d", attempt + 1);
-    const char *params[10];
-    insert_params(ib, in, attempts, NULL, params);
     int transient = 0;
     int64_t t0 = mono_us();
     PGresult *res = statement(ib, "BEGIN", 0, NULL, &transient);
     if (!res)
         goto failed;
     PQclear(res);
-    if (!(res = statement(ib, ib->insert_sql, 9, params, &transient)))
-        goto failed;
-    int fresh = PQntuples(res) == 1;
-    PQclear(res);
-    if (fresh) {
-        char *key = in->m->key ? xstrndup(in->m->key, in->m->key_len) : NULL;
-        const char *call[5] = {in->event_id && inbox_is_uuid(in->event_id) ? in->event_id : NULL, in->event_type,
-                               key, in->payload_doc ? in->payload : NULL, in->headers_json};
+    for (*bad = 0; *bad < n; (*bad)++) {
+        struct incoming *one = &in[*bad];
+        const char *params[10];
+        insert_params(ib, one, attempts, NULL, params);
+        if (!(res = statement(ib, ib->insert_sql, 9, params, &transient)))
+            goto failed;
+        fresh[*bad] = PQntuples(res) == 1;
+        PQclear(res);
+        if (!fresh[*bad])
+            continue;
+        char *key = one->m->key ? xstrndup(one->m->key, one->m->key_len) : NULL;
+        const char *call[5] = {one->event_id && inbox_is_uuid(one->event_id) ? one->event_id : NULL,
+                               one->event_type, key, one->payload_doc ? one->payload : NULL, one->headers_json};
         res = statement(ib, ib->call_sql, 5, call, &transient);
         free(key);
         if (!res)
@@ -633,21 +647,28 @@ static enum outcome apply_once(struct inbox *ib, struct incoming *in, int attemp
     if (!(res = statement(ib, "COMMIT", 0, NULL, &transient)))
         goto failed;
     PQclear(res);
-    ib->commits++;
+    ib->committed += n;
 #ifdef OUTBOX_TEST_HOOKS
-    if (ib->kill_after_commit && ib->commits == ib->kill_after_commit) {
-        log_warn("test hook: SIGKILL after commit %ld, before storing the offset", ib->commits);
+    if (ib->kill_after_commit && ib->committed >= ib->kill_after_commit) {
+        log_warn("test hook: SIGKILL after a commit (%ld messages committed), before storing the offsets",
+                 ib->committed);
         raise(SIGKILL);
     }
 #endif
-    if (fresh) {
-        histogram_observe(&ib->handler_time, (double)(mono_us() - t0) / 1e6);
+    double per_message = (double)(mono_us() - t0) / 1e6 / n;
+    for (int i = 0; i < n; i++) {
+        ib->messages[fresh[i] ? APPLIED : DUPLICATE]++;
+        if (!fresh[i]) {
+            log_debug("inbox: %s/%s/%s key %s: duplicate", in[i].topic, in[i].partition, in[i].offset, in[i].key.buf);
+            continue;
+        }
+        histogram_observe(&ib->handler_time, per_message);
         rd_kafka_timestamp_type_t tstype;
-        int64_t ts = rd_kafka_message_timestamp(in->m, &tstype);
+        int64_t ts = rd_kafka_message_timestamp(in[i].m, &tstype);
         if (ts > 0)
             histogram_observe(&ib->completion, (double)(wall_ms() - ts) / 1000.0);
     }
-    return fresh ? DONE_APPLIED : DONE_DUPLICATE;
+    return DONE_APPLIED;
 failed:
     rollback(ib);
     return transient ? RETRY_TRANSIENT : RETRY_HANDLER;
@@ -693,10 +714,10 @@ static int dead_letter(struct inbox *ib, struct incoming *in, const char *error,
     }
     char n[16];
     snprintf(n, sizeof(n), "%d", attempts);
-    const char *params[10];
-    insert_params(ib, in, n, error, params);
     if (!in->key.len) /* no dedupe key: recorded under the message's position */
         strbuf_printf(&in->key, "%s/%s/%s", in->topic, in->partition, in->offset);
+    const char *params[10];
+    insert_params(ib, in, n, error, params);
     struct backoff b;
     backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
     for (;;) {
@@ -719,68 +740,104 @@ static int dead_letter(struct inbox *ib, struct incoming *in, const char *error,
     return 0;
 }
 
-/* Applies one message (with retries). 0 when done (its offset may be stored), 1 when asked
- * to stop first. */
-static int handle(struct inbox *ib, rd_kafka_message_t *m)
+/* Applies one message alone, with retries and backoff, dead-lettering it after
+ * INBOX_MAX_ATTEMPTS handler failures (its first failure, in a run, counts). 0 when done,
+ * 1 when asked to stop first. */
+static int handle_one(struct inbox *ib, struct incoming *in, int attempt)
 {
-    struct incoming in;
-    incoming_init(&in, m);
-    char why[512];
-    int rc = 0;
-    if (inbox_dedupe_key(ib->cfg, in.hdrs, in.payload_doc, &in.key, why, sizeof(why)) != 0) {
-        rc = dead_letter(ib, &in, why, 0);
-        goto out;
-    }
-    if (in.payload && !in.payload_doc) {
-        rc = dead_letter(ib, &in, "the value is not JSON (the handler takes jsonb)", 0);
-        goto out;
-    }
     struct backoff b;
     backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
-    for (int attempt = 0;;) {
-        if (ensure_connected(ib)) {
-            rc = 1;
-            break;
-        }
-        enum outcome o = apply_once(ib, &in, attempt);
-        if (o == DONE_APPLIED || o == DONE_DUPLICATE) {
-            ib->messages[o == DONE_APPLIED ? APPLIED : DUPLICATE]++;
-            if (o == DONE_DUPLICATE)
-                log_debug("inbox: %s/%s/%s key %s: duplicate", in.topic, in.partition, in.offset, in.key.buf);
-            break;
-        }
-        if (o == RETRY_TRANSIENT) {
-            ib->transient_errors++;
-            log_warn("inbox: %s/%s/%s: transient error, retrying: %s", in.topic, in.partition, in.offset,
-                     ib->last_error);
-        } else {
+    for (;;) {
+        if (attempt > 0) {
             ib->handler_failures++;
-            attempt++;
-            log_warn("inbox: %s/%s/%s key %s: attempt %d of %d failed: %s", in.topic, in.partition, in.offset,
-                     in.key.buf, attempt, ib->cfg->max_attempts, ib->last_error);
-            if (attempt >= ib->cfg->max_attempts) {
-                rc = dead_letter(ib, &in, ib->last_error, attempt);
+            log_warn("inbox: %s/%s/%s key %s: attempt %d of %d failed: %s", in->topic, in->partition, in->offset,
+                     in->key.buf, attempt, ib->cfg->max_attempts, ib->last_error);
+            if (attempt >= ib->cfg->max_attempts)
+                return dead_letter(ib, in, ib->last_error, attempt);
+            if (pause_ms(ib, backoff_next(&b)))
+                return 1;
+        }
+        for (;;) {
+            if (ensure_connected(ib))
+                return 1;
+            int fresh, bad;
+            enum outcome o = apply_run(ib, in, 1, attempt, &fresh, &bad);
+            if (o == DONE_APPLIED)
+                return 0;
+            if (o == RETRY_HANDLER)
                 break;
-            }
+            ib->transient_errors++;
+            log_warn("inbox: %s/%s/%s: transient error, retrying: %s", in->topic, in->partition, in->offset,
+                     ib->last_error);
+            if (pause_ms(ib, backoff_next(&b)))
+                return 1;
         }
-        if (pause_ms(ib, backoff_next(&b))) {
-            rc = 1;
-            break;
-        }
+        attempt++;
     }
-out:
-    incoming_destroy(&in);
-    return rc;
 }
 
-static void store_offset(struct inbox *ib, const rd_kafka_message_t *m)
+/* Applies a batch of messages in order: runs of good messages in one transaction each, a
+ * message without a dedupe key or with a value that is not JSON dead-lettered in its
+ * place. Returns how many (a prefix) are done: their offsets may be stored. */
+static int handle_batch(struct inbox *ib, struct incoming *in, int n)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(m->rkt), m->partition)->offset = m->offset + 1;
+    int fresh[INBOX_BATCH_MAX];
+    struct backoff b;
+    backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
+    int i = 0;
+    while (i < n && !*ib->stop) {
+        if (in[i].unusable) {
+            if (dead_letter(ib, &in[i], in[i].unusable, 0))
+                return i;
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < n && !in[j].unusable)
+            j++;
+        if (ensure_connected(ib))
+            return i;
+        int bad;
+        enum outcome o = apply_run(ib, &in[i], j - i, 0, fresh, &bad);
+        if (o == DONE_APPLIED) {
+            i = j;
+            backoff_reset(&b);
+        } else if (o == RETRY_TRANSIENT) {
+            ib->transient_errors++;
+            log_warn("inbox: transient error, retrying %d messages: %s", j - i, ib->last_error);
+            if (pause_ms(ib, backoff_next(&b)))
+                return i;
+        } else {
+            /* commit the ones before it (if that fails, start over from i), then take it
+             * alone: its failure in the run was its first attempt */
+            if (bad > 0) {
+                int upto = bad;
+                if (apply_run(ib, &in[i], upto, 0, fresh, &bad) != DONE_APPLIED)
+                    continue;
+                i += upto;
+            }
+            if (handle_one(ib, &in[i], 1))
+                return i;
+            i++;
+        }
+    }
+    return i;
+}
+
+/* The offsets after msgs[0..n), all applied: a partition's later message stores over an
+ * earlier one. A partition revoked meanwhile refuses: its new owner reads the message
+ * again, a duplicate. */
+static void store_offsets(struct inbox *ib, rd_kafka_message_t **msgs, int n)
+{
+    if (n == 0)
+        return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    for (int i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition)->offset =
+            msgs[i]->offset + 1;
     rd_kafka_resp_err_t e = rd_kafka_offsets_store(ib->consumer, l);
-    if (e) /* the partition was revoked meanwhile: its new owner reads it again (a duplicate) */
-        log_debug("kafka: offset of %s/%d not stored: %s", rd_kafka_topic_name(m->rkt), (int)m->partition,
-                  rd_kafka_err2str(e));
+    if (e)
+        log_debug("kafka: offsets not stored: %s", rd_kafka_err2str(e));
     rd_kafka_topic_partition_list_destroy(l);
 }
 
@@ -823,22 +880,32 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
              has_prop(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>", cfg->table,
              cfg->handler, cfg->n_key_parts ? cfg->dedupe_key : cfg->event_id_header);
     ib->last_retention = mono_ms() - RETENTION_EVERY_MS + 5000;
+    rd_kafka_message_t *batch[INBOX_BATCH_MAX];
+    struct incoming *in = xcalloc(INBOX_BATCH_MAX, sizeof(*in));
     while (!*stop) {
         publish(ib, 0);
         retention(ib);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(ib->consumer, 200);
-        if (!m)
-            continue;
-        if (m->err) {
+        /* a batch: what the consumer has ready, up to INBOX_BATCH_SIZE, waiting only for the first */
+        int n = 0;
+        for (rd_kafka_message_t *m; n < cfg->batch_size && (m = rd_kafka_consumer_poll(ib->consumer, n ? 0 : 200));) {
+            if (!m->err) {
+                batch[n++] = m;
+                continue;
+            }
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 log_warn("kafka: %s", rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
-            continue;
         }
-        if (handle(ib, m) == 0)
-            store_offset(ib, m);
-        rd_kafka_message_destroy(m);
+        for (int i = 0; i < n; i++)
+            incoming_init(&in[i], batch[i], cfg);
+        int done = handle_batch(ib, in, n);
+        store_offsets(ib, batch, done);
+        for (int i = 0; i < n; i++) {
+            incoming_destroy(&in[i]);
+            rd_kafka_message_destroy(batch[i]);
+        }
     }
+    free(in);
     log_info("inbox: stopping: committing offsets and leaving the group");
 out:
     if (ib->consumer) {

@@ -36,6 +36,9 @@ static const struct setting settings[] = {
      "header holding the event id (the default dedupe key; `id` for Debezium-shaped messages)"},
     {"INBOX_DEDUPE_KEY", STR, OFF(dedupe_key), "", 0, 0,
      "a business key instead of the event id: `header:NAME` and `payload:/json/pointer` parts, comma-separated"},
+    {"INBOX_BATCH_SIZE", INT, OFF(batch_size), "100", 1, INBOX_BATCH_MAX,
+     "messages applied in one transaction at most (each with its own dedupe record; the batch is what the "
+     "consumer has ready, so a quiet topic commits each message at once)"},
     {"INBOX_MAX_ATTEMPTS", INT, OFF(max_attempts), "5", 1, 1000,
      "handler failures of one message before it is dead-lettered"},
     {"INBOX_RETRY_BACKOFF_MS", INT, OFF(retry_backoff_ms), "200", 1, 600000,

@@ -10,6 +10,7 @@
 #include "log.h"
 
 #define INBOX_KEY_PARTS 8
+#define INBOX_BATCH_MAX 1000
 
 /* One part of INBOX_DEDUPE_KEY: a header's value, or a JSON pointer into the payload. */
 struct inbox_key_part {
@@ -30,6 +31,7 @@ struct inbox_config {
     char *http_addr;
     char *log_level_name;
     char *log_format_name;
+    int batch_size;
     int max_attempts;
     int retry_backoff_ms;
     int retry_backoff_max_ms;

@@ -30,9 +30,9 @@ log "inbox b joined the group"
 wait_until 60 "the fault point to stop inbox a" eval '! kill -0 "$(relay_pid a)" 2>/dev/null'
 rc=0
 wait "$(relay_pid a)" || rc=$?
-[ "$rc" = 137 ] && grep -q "test hook: SIGKILL after commit 600" "$WORK/inbox-a.log" ||
+[ "$rc" = 137 ] && grep -q "test hook: SIGKILL after a commit ([0-9]* messages committed)" "$WORK/inbox-a.log" ||
     fail "inbox a: exit $rc, the fault point did not fire"
-log "inbox a SIGKILLed between its 600th commit and the offset store; restarted"
+log "inbox a SIGKILLed between a commit (600 messages reached) and the offset store; restarted"
 start_inbox a2
 kill_relay r1
 log "relay SIGKILLed; restarted"
