@@ -53,7 +53,8 @@ struct inbox {
     const struct inbox_config *cfg;
     volatile sig_atomic_t *stop;
     PGconn *conn;
-    char *insert_sql, *fail_sql, *call_sql, *retention_sql;
+    char *apply_sql, *fail_sql, *function, *retention_sql;
+    int prepared; /* apply_sql is prepared on this connection */
     rd_kafka_t *consumer, *producer;
     struct http *http;
     int64_t last_publish, last_retention;
@@ -134,7 +135,7 @@ int inbox_migrate(PGconn *conn, const struct inbox_config *cfg, char *err, size_
     return rc;
 }
 
-int inbox_resolve(PGconn *conn, const struct inbox_config *cfg, char **call_sql, char *err, size_t errlen)
+int inbox_resolve(PGconn *conn, const struct inbox_config *cfg, char **function, char *err, size_t errlen)
 {
     const char *p1[1] = {cfg->table};
     char why[512];
@@ -177,11 +178,8 @@ int inbox_resolve(PGconn *conn, const struct inbox_config *cfg, char **call_sql,
         PQclear(res);
         return 1;
     }
-    struct strbuf sb;
-    strbuf_init(&sb);
-    strbuf_printf(&sb, "SELECT %s($1::uuid, $2, $3, $4::jsonb, $5::jsonb)", PQgetvalue(res, 0, 0));
+    *function = xstrdup(PQgetvalue(res, 0, 0));
     PQclear(res);
-    *call_sql = sb.buf;
     return 0;
 }
 
@@ -200,10 +198,17 @@ static void build_statements(struct inbox *ib)
         " \"partition\" = EXCLUDED.\"partition\", \"offset\" = EXCLUDED.\"offset\", attempts = EXCLUDED.attempts,"
         " last_error = EXCLUDED.last_error, received_at = EXCLUDED.received_at, applied_at = clock_timestamp()"
         " WHERE i.status = 'FAILED' RETURNING 1";
+    /* The dedupe record and, only when it is new, the handler, in one statement: the
+     * handler is in the target list of a query over the insert's returned rows, and the
+     * MATERIALIZED CTE is read whole by count(*) whatever the function's volatility says.
+     * It returns 1 when the message was applied, 0 for a duplicate. $10..$14: the
+     * handler's arguments. */
     strbuf_init(&sb);
-    strbuf_printf(&sb, "INSERT INTO %s AS i", table_q);
+    strbuf_printf(&sb, "WITH ins AS (INSERT INTO %s AS i", table_q);
     strbuf_printf(&sb, cols, "", "APPLIED", "", "APPLIED");
-    ib->insert_sql = sb.buf;
+    strbuf_printf(&sb, "), h AS MATERIALIZED (SELECT %s($10::uuid, $11, $12, $13::jsonb, $14::jsonb) FROM ins)"
+                  " SELECT count(*) FROM h", ib->function);
+    ib->apply_sql = sb.buf;
     strbuf_init(&sb);
     strbuf_printf(&sb, "INSERT INTO %s AS i", table_q);
     strbuf_printf(&sb, cols, ", last_error", "FAILED", ", $10", "FAILED");
@@ -234,12 +239,23 @@ static int transient_sqlstate(const char *state)
     return 0;
 }
 
+static void failure(struct inbox *ib, const PGresult *res, int *transient);
+
 /* One statement; NULL on failure with *transient said and last_error filled. */
 static PGresult *statement(struct inbox *ib, const char *sql, int n, const char *const *params, int *transient)
 {
     PGresult *res = n ? PQexecParams(ib->conn, sql, n, NULL, params, NULL, NULL, 0) : PQexec(ib->conn, sql);
     if (pgconn_result_ok(res))
         return res;
+    failure(ib, res, transient);
+    PQclear(res);
+    return NULL;
+}
+
+/* Fills last_error from a failed result (NULL: the connection) and says whether the
+ * failure is transient. */
+static void failure(struct inbox *ib, const PGresult *res, int *transient)
+{
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     if (primary && state)
@@ -250,8 +266,6 @@ static PGresult *statement(struct inbox *ib, const char *sql, int n, const char 
         snprintf(ib->last_error, sizeof(ib->last_error), "connection lost: %s", PQerrorMessage(ib->conn));
     *transient = !res || PQstatus(ib->conn) != CONNECTION_OK ||
                  transient_sqlstate(PQresultErrorField(res, PG_DIAG_SQLSTATE));
-    PQclear(res);
-    return NULL;
 }
 
 static void rollback(struct inbox *ib)
@@ -350,6 +364,7 @@ static int ensure_connected(struct inbox *ib)
     backoff_init(&b, 100, ib->cfg->retry_backoff_max_ms);
     while (!*ib->stop) {
         if ((ib->conn = inbox_connect(ib->cfg))) {
+            ib->prepared = 0;
             ib->pg_reconnects++;
             log_info("postgres: connected");
             return 0;
@@ -595,7 +610,7 @@ static void incoming_destroy(struct incoming *in)
 /* The insert's parameters: key, handler, event id, type, topic, partition, offset,
  * attempts, received, error. */
 static void insert_params(const struct inbox *ib, const struct incoming *in, const char *attempts, const char *error,
-                          const char *params[10])
+                          const char **params)
 {
     params[0] = in->key.buf;
     params[1] = ib->cfg->name;
@@ -609,44 +624,88 @@ static void insert_params(const struct inbox *ib, const struct incoming *in, con
     params[9] = error;
 }
 
-/* One transaction for in[0..n): per message the dedupe record, and the handler if the
- * record is new; then one commit (one WAL flush for the whole run). DONE_*: all committed
- * (fresh[i] says which were applied). RETRY_HANDLER: message *bad failed and nothing was
- * committed (the caller commits the ones before it in a shorter run, then retries that
- * one alone: the order of effects stays the order of messages). RETRY_TRANSIENT: nothing
- * committed, nothing said about the messages. */
+/* One transaction for in[0..n), sent in one pipeline (one round trip, one WAL flush):
+ * BEGIN, per message the apply statement (its dedupe record, and the handler if the record
+ * is new), COMMIT. DONE_APPLIED: all committed (fresh[i] says which were applied).
+ * RETRY_HANDLER: message *bad failed and nothing was committed (the caller commits the
+ * ones before it in a shorter run, then retries that one alone: the order of effects stays
+ * the order of messages). RETRY_TRANSIENT: nothing committed, nothing said about the
+ * messages. */
 static enum outcome apply_run(struct inbox *ib, struct incoming *in, int n, int attempt, int *fresh, int *bad)
 {
     char attempts[16];
     snprintf(attempts, sizeof(attempts), "%d", attempt + 1);
     int transient = 0;
     int64_t t0 = mono_us();
-    PGresult *res = statement(ib, "BEGIN", 0, NULL, &transient);
-    if (!res)
-        goto failed;
-    PQclear(res);
-    for (*bad = 0; *bad < n; (*bad)++) {
-        struct incoming *one = &in[*bad];
-        const char *params[10];
-        insert_params(ib, one, attempts, NULL, params);
-        if (!(res = statement(ib, ib->insert_sql, 9, params, &transient)))
-            goto failed;
-        fresh[*bad] = PQntuples(res) == 1;
+    if (!ib->prepared) {
+        PGresult *res = PQprepare(ib->conn, "inbox_apply", ib->apply_sql, 14, NULL);
+        int ok = pgconn_result_ok(res);
+        if (!ok)
+            failure(ib, res, &transient);
         PQclear(res);
-        if (!fresh[*bad])
+        if (!ok)
+            return transient ? RETRY_TRANSIENT : RETRY_HANDLER;
+        ib->prepared = 1;
+    }
+    char **keys = xcalloc((size_t)n, sizeof(*keys));
+    int sent = PQenterPipelineMode(ib->conn) && PQsendQueryParams(ib->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
+    for (int i = 0; sent && i < n; i++) {
+        const char *params[14];
+        insert_params(ib, &in[i], attempts, NULL, params);
+        keys[i] = in[i].m->key ? xstrndup(in[i].m->key, in[i].m->key_len) : NULL;
+        params[9] = in[i].event_id && inbox_is_uuid(in[i].event_id) ? in[i].event_id : NULL;
+        params[10] = in[i].event_type;
+        params[11] = keys[i];
+        params[12] = in[i].payload_doc ? in[i].payload : NULL;
+        params[13] = in[i].headers_json;
+        sent = PQsendQueryPrepared(ib->conn, "inbox_apply", 14, params, NULL, NULL, 0);
+    }
+    sent = sent && PQsendQueryParams(ib->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(ib->conn);
+    for (int i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    /* results: BEGIN, n applies, COMMIT, each followed by NULL; then the sync */
+    int failed = !sent, step = 0, synced = 0;
+    *bad = -1;
+    if (!sent)
+        failure(ib, NULL, &transient);
+    while (sent && !synced) {
+        PGresult *res = PQgetResult(ib->conn);
+        if (!res) {
+            if (PQstatus(ib->conn) != CONNECTION_OK) {
+                failed = 1;
+                failure(ib, NULL, &transient);
+                break;
+            }
+            step++;
             continue;
-        char *key = one->m->key ? xstrndup(one->m->key, one->m->key_len) : NULL;
-        const char *call[5] = {one->event_id && inbox_is_uuid(one->event_id) ? one->event_id : NULL,
-                               one->event_type, key, one->payload_doc ? one->payload : NULL, one->headers_json};
-        res = statement(ib, ib->call_sql, 5, call, &transient);
-        free(key);
-        if (!res)
-            goto failed;
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            synced = 1;
+        } else if (st == PGRES_PIPELINE_ABORTED) {
+            failed = 1;
+        } else if (!pgconn_result_ok(res)) {
+            if (!failed) { /* the first error: later statements are aborted */
+                failure(ib, res, &transient);
+                *bad = step >= 1 && step <= n ? step - 1 : -1;
+            }
+            failed = 1;
+        } else if (step >= 1 && step <= n) {
+            fresh[step - 1] = PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) == 1;
+        }
         PQclear(res);
     }
-    if (!(res = statement(ib, "COMMIT", 0, NULL, &transient)))
-        goto failed;
-    PQclear(res);
+    if (PQpipelineStatus(ib->conn) != PQ_PIPELINE_OFF && !PQexitPipelineMode(ib->conn) && !failed) {
+        failed = 1;
+        failure(ib, NULL, &transient);
+    }
+    if (failed) {
+        rollback(ib);
+        if (*bad < 0) /* BEGIN or COMMIT failed, or the connection: nothing about a message */
+            transient = 1;
+        return transient ? RETRY_TRANSIENT : RETRY_HANDLER;
+    }
     ib->committed += n;
 #ifdef OUTBOX_TEST_HOOKS
     if (ib->kill_after_commit && ib->committed >= ib->kill_after_commit) {
@@ -669,9 +728,6 @@ static enum outcome apply_run(struct inbox *ib, struct incoming *in, int n, int 
             histogram_observe(&ib->completion, (double)(wall_ms() - ts) / 1000.0);
     }
     return DONE_APPLIED;
-failed:
-    rollback(ib);
-    return transient ? RETRY_TRANSIENT : RETRY_HANDLER;
 }
 
 /* Sends the message to the dead-letter topic (when set) and records it FAILED. 0, or 1
@@ -865,7 +921,7 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     if (ensure_connected(ib))
         goto out;
     ib->pg_reconnects = 0;
-    if (inbox_resolve(ib->conn, cfg, &ib->call_sql, err, sizeof(err)) != 0) {
+    if (inbox_resolve(ib->conn, cfg, &ib->function, err, sizeof(err)) != 0) {
         log_error("%s", err);
         code = 1;
         goto out;
@@ -924,9 +980,9 @@ out:
     if (ib->conn)
         PQfinish(ib->conn);
     http_free(ib->http);
-    free(ib->insert_sql);
+    free(ib->apply_sql);
     free(ib->fail_sql);
-    free(ib->call_sql);
+    free(ib->function);
     free(ib->retention_sql);
     free(ib);
     return code;

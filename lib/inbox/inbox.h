@@ -13,9 +13,9 @@
 int inbox_migrate(PGconn *conn, const struct inbox_config *cfg, char *err, size_t errlen);
 
 /* Checks that the table exists and resolves the handler to exactly the inbox signature;
- * fills call_sql (caller frees) with the statement calling it. 0, 1 (missing table or
+ * fills function (caller frees) with its name as the server quotes it. 0, 1 (missing table or
  * handler: err says what to do). */
-int inbox_resolve(PGconn *conn, const struct inbox_config *cfg, char **call_sql, char *err, size_t errlen);
+int inbox_resolve(PGconn *conn, const struct inbox_config *cfg, char **function, char *err, size_t errlen);
 
 /* Consumes until *stop becomes non-zero (a signal handler sets it), then finishes the
  * message in progress, commits the stored offsets and returns the exit status (0; 1 when
