@@ -11,7 +11,8 @@
 #  3. the replay drill through the inbox: a key's replay raises the duplicate count by
 #     exactly its rows and applies nothing;
 #  4. a business key (INBOX_DEDUPE_KEY): one document sent under two event ids is applied once;
-#  5. SIGTERM: exit 0, offsets committed (a restart applies and skips nothing more).
+#  5. SIGTERM: exit 0, offsets committed (a restart applies and skips nothing more);
+#  6. retention deletes old inbox rows.
 . "$(dirname "$0")/lib.sh"
 setup_db
 setup_inbox_db
@@ -116,4 +117,14 @@ wait_until 60 "3 document messages handled" eval \
     fail "the business key is not the inbox row's key: $(cpsql "SELECT dedupe_key FROM inbox WHERE handler = 'docs'")"
 log "one document under two event ids applied once (key [\"ERP\",42]), the next one applied"
 stop_relay docs || fail "outbox-inbox exited $? on SIGTERM"
+
+# 6. Retention: rows applied more than INBOX_RETENTION ago are deleted (the first pass runs
+# 5 s after start).
+rows=$(cpsql "SELECT count(*) FROM inbox")
+sleep 1
+start_inbox ret INBOX_RETENTION=1s
+wait_until 30 "the inbox rows deleted by retention" eval '[ "$(cpsql "SELECT count(*) FROM inbox")" = 0 ]'
+wait_until 10 "the deletions counted" metric_is ret inbox_retention_deleted_total "$rows"
+stop_relay ret || fail "outbox-inbox exited $? on SIGTERM"
+log "INBOX_RETENTION=1s: all $rows inbox rows deleted and counted"
 log "ok"
