@@ -567,3 +567,30 @@ PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *co
     PQclear(res);
     return NULL;
 }
+
+PGconn *pgconn_connect_blocking(const char *dsn, const char *application, int pin_search_path)
+{
+    /* Defaults before dbname (the DSN may override them); a primary is required. */
+    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", "target_session_attrs", NULL};
+    const char *vals[] = {application, "10", dsn, "read-write", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        char line[512], safe[512];
+        pgconn_conn_error_line(conn, line, sizeof(line));
+        dsn_redact(dsn, line, safe, sizeof(safe));
+        log_error("postgres: cannot connect: %s", safe);
+        PQfinish(conn);
+        return NULL;
+    }
+    if (!pin_search_path)
+        return conn;
+    PGresult *res = PQexec(conn, PGCONN_PIN_SEARCH_PATH);
+    int ok = pgconn_result_ok(res);
+    PQclear(res);
+    if (!ok) {
+        log_error("postgres: cannot set search_path: %s", PQerrorMessage(conn));
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}

@@ -362,3 +362,29 @@ void sink_test_fatal(struct sink *sk)
                               "test hook: injected fatal error");
 }
 #endif
+
+int sink_check_reachable(const struct kafka_prop *props, size_t n)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_conf_set(conf, props[i].name, props[i].value, kerr, sizeof(kerr));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        log_error("check-config: kafka: %s", kerr);
+        return 1;
+    }
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
+    int rc = 0;
+    if (err) {
+        log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(err));
+        rc = 1;
+    } else {
+        log_info("check-config: kafka reachable (%d brokers)", md->broker_cnt);
+        rd_kafka_metadata_destroy(md);
+    }
+    rd_kafka_destroy(rk);
+    return rc;
+}

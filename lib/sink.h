@@ -54,6 +54,10 @@ uint64_t sink_partition_changes(const struct sink *sk);
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);
 
+/* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
+ * 0 when it answers, 1 otherwise; both logged. */
+int sink_check_reachable(const struct kafka_prop *props, size_t n);
+
 #ifdef OUTBOX_TEST_HOOKS
 /* Test builds only: raise a fatal producer error as a broker would. */
 void sink_test_fatal(struct sink *sk);

@@ -10,6 +10,7 @@
 #include "inbox.h"
 #include "inbox_config.h"
 #include "log.h"
+#include "sink.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "dev"
@@ -41,26 +42,7 @@ static int check_config(const struct inbox_config *cfg)
         return 1;
     }
     log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, err, sizeof(err));
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        log_error("check-config: kafka: %s", err);
-        return 1;
-    }
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
-    if (e) {
-        log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(e));
-        rc = 1;
-    } else {
-        log_info("check-config: kafka reachable (%d brokers)", md->broker_cnt);
-        rd_kafka_metadata_destroy(md);
-    }
-    rd_kafka_destroy(rk);
-    return rc;
+    return sink_check_reachable(cfg->kafka, cfg->n_kafka);
 }
 
 static int migrate(const struct inbox_config *cfg)

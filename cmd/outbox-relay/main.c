@@ -12,11 +12,11 @@
 #include "audit.h"
 #include "replay.h"
 #include "config.h"
-#include "dsn.h"
 #include "log.h"
 #include "pgconn.h"
 #include "relay.h"
 #include "schema.h"
+#include "sink.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "dev"
@@ -65,28 +65,7 @@ static int run(const struct config *cfg)
 
 static PGconn *connect_blocking(const struct config *cfg)
 {
-    /* Defaults before dbname (the DSN may override them); a primary is required. */
-    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname",
-                          "target_session_attrs", NULL};
-    const char *vals[] = {"outbox-relay", "10", cfg->pg_dsn, "read-write", NULL};
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        char line[512], safe[512];
-        pgconn_conn_error_line(conn, line, sizeof(line));
-        dsn_redact(cfg->pg_dsn, line, safe, sizeof(safe));
-        log_error("postgres: cannot connect: %s", safe);
-        PQfinish(conn);
-        return NULL;
-    }
-    PGresult *res = PQexec(conn, PGCONN_PIN_SEARCH_PATH);
-    int ok = pgconn_result_ok(res);
-    PQclear(res);
-    if (!ok) {
-        log_error("postgres: cannot set search_path: %s", PQerrorMessage(conn));
-        PQfinish(conn);
-        return NULL;
-    }
-    return conn;
+    return pgconn_connect_blocking(cfg->pg_dsn, "outbox-relay", 1);
 }
 
 static int migrate(const struct config *cfg)
@@ -165,27 +144,7 @@ static int check_config(const struct config *cfg)
     } else {
         rc = 1;
     }
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    char kerr[512];
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, kerr, sizeof(kerr));
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        log_error("check-config: kafka: %s", kerr);
-        return 1;
-    }
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
-    if (err) {
-        log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(err));
-        rc = 1;
-    } else {
-        log_info("check-config: kafka reachable (%d brokers)", md->broker_cnt);
-        rd_kafka_metadata_destroy(md);
-    }
-    rd_kafka_destroy(rk);
-    return rc;
+    return sink_check_reachable(cfg->kafka, cfg->n_kafka) || rc;
 }
 
 int main(int argc, char **argv)

@@ -21,7 +21,6 @@
 
 #include "backoff.h"
 #include "dedupe.h"
-#include "dsn.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -79,18 +78,7 @@ static const double handler_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 
 PGconn *inbox_connect(const struct inbox_config *cfg)
 {
-    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", "target_session_attrs", NULL};
-    const char *vals[] = {"outbox-inbox", "10", cfg->pg_dsn, "read-write", NULL};
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        char line[512], safe[512];
-        pgconn_conn_error_line(conn, line, sizeof(line));
-        dsn_redact(cfg->pg_dsn, line, safe, sizeof(safe));
-        log_error("postgres: cannot connect: %s", safe);
-        PQfinish(conn);
-        return NULL;
-    }
-    return conn; /* the role's search_path: the handler's body may rely on it */
+    return pgconn_connect_blocking(cfg->pg_dsn, "outbox-inbox", 0); /* the handler may rely on the role's search_path */
 }
 
 int inbox_migrate(PGconn *conn, const struct inbox_config *cfg, char *err, size_t errlen)
