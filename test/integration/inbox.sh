@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # outbox-inbox, the consumer half: writers -> outbox -> relay -> Kafka -> outbox-inbox ->
 # a business table that counts applications per event (setup_inbox_db in lib.sh).
-#  1. start-up refuses a missing table and a handler without the inbox signature;
+#  1. start-up (and --check-config) refuses a missing table and a handler without the
+#     inbox signature;
 #  2. 2,000 events of 40 keys plus 3 of key 'poison' (its handler always fails); the inbox
 #     is SIGKILLed by a test-only fault point between a commit and the offset store (its
 #     batches: several messages per transaction), then
@@ -32,7 +33,14 @@ refused "no function nope(event_id uuid, event_type text, key text, payload json
 cpsql "CREATE FUNCTION wrong_sig(event_id text) RETURNS void LANGUAGE sql AS 'SELECT'"
 refused "found only: wrong_sig(text)" INBOX_HANDLER=wrong_sig
 refused "the inbox table public.missing does not exist: run \`outbox-inbox migrate\`" INBOX_TABLE=missing
-log "start-up refuses a missing handler, a wrong signature and a missing table"
+msg=$(env INBOX_PG_DSN="$CDSN" INBOX_TOPICS="$topic" INBOX_HANDLER=apply_event INBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" \
+    "$RELAYTEST_INBOX_BIN" --check-config 2>&1) && grep -q "check-config: kafka reachable" <<<"$msg" ||
+    fail "--check-config with everything in place: $msg"
+rc=0
+msg=$(env INBOX_PG_DSN="$CDSN" INBOX_TOPICS="$topic" INBOX_HANDLER=nope INBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP" \
+    "$RELAYTEST_INBOX_BIN" --check-config 2>&1) || rc=$?
+[ "$rc" = 1 ] && grep -q "check-config: INBOX_HANDLER: no function nope" <<<"$msg" || fail "--check-config, no handler: exit $rc: $msg"
+log "start-up refuses a missing handler, a wrong signature and a missing table; --check-config says so too"
 
 # 2. Flow with a crash between commit and offset store, and a poison key.
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
