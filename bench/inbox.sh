@@ -12,7 +12,7 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 . scripts/common.sh
 common_setup
 pids=()
-trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; servers_stop' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; servers_stop' EXIT
 servers_start
 dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
 cdsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=billing"

@@ -8,7 +8,7 @@ N=${N:-1000000} RELAYS=${RELAYS:-3}
 . scripts/common.sh
 common_setup
 pids=()
-trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; servers_stop' EXIT
+trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait || true; servers_stop' EXIT
 servers_start 2>/dev/null
 dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
 ./build/outbox-relay migrate --pg-dsn "$dsn" >/dev/null 2>&1

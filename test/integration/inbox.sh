@@ -11,7 +11,8 @@
 #     INBOX_MAX_ATTEMPTS with the error in a header, recorded FAILED, the other keys flowed;
 #  3. the replay drill through the inbox: a key's replay raises the duplicate count by
 #     exactly its rows and applies nothing;
-#  4. a business key (INBOX_DEDUPE_KEY): one document sent under two event ids is applied once;
+#  4. a business key (INBOX_DEDUPE_KEY): one document sent under two event ids is applied
+#     once (this inbox subscribes by ^regex);
 #  5. SIGTERM: exit 0, offsets committed (a restart applies and skips nothing more);
 #  6. retention deletes old inbox rows.
 . "$(dirname "$0")/lib.sh"
@@ -75,10 +76,13 @@ dups=$(metric main 'inbox_messages_total{result="duplicate"}')
 exported main 'inbox_completion_seconds_count [1-9]' || fail "no completion times"
 log "2,000 events applied once each, in key order; $dups redelivered messages counted as duplicates"
 # the dead letters: the poison events, with the error
-CHECK_WHERE="aggregate_id = 'poison'" check "$dlq" --no-partition-check --exact >/dev/null ||
-    fail "the dead-letter topic does not hold exactly the 3 poison events: $(cat "$WORK/check.out")"
+# (at least once: a poison message dead-lettered by the crashed inbox before its offset was
+# committed is delivered again, fails again and is dead-lettered again)
+CHECK_WHERE="aggregate_id = 'poison'" check "$dlq" --no-partition-check >/dev/null ||
+    fail "the dead-letter topic does not hold the 3 poison events: $(cat "$WORK/check.out")"
 timeout 10 "$(dirname "$RELAYTEST_RELAY_BIN")/outbox-tail" --bootstrap "$BOOTSTRAP" --topic "$dlq" --from-beginning >"$WORK/dlq.txt" 2>/dev/null || true
-grep -c "inbox_error=cannot apply Placed of poison (SQLSTATE P0001) inbox_source=$topic inbox_source_offset=[0-9]*/[0-9]* inbox_attempts=3" "$WORK/dlq.txt" | grep -qx 3 ||
+[ "$(grep -c "inbox_error=cannot apply Placed of poison (SQLSTATE P0001) inbox_source=$topic inbox_source_offset=[0-9]*/[0-9]* inbox_attempts=3" "$WORK/dlq.txt")" = "$(wc -l <"$WORK/dlq.txt")" ] &&
+    [ "$(wc -l <"$WORK/dlq.txt")" -ge 3 ] ||
     fail "the dead letters do not carry the handler's error: $(head -3 "$WORK/dlq.txt")"
 [ "$(cpsql "SELECT count(*) FROM inbox WHERE status = 'FAILED' AND attempts = 3 AND last_error LIKE '%cannot apply Placed of poison%'")" = 3 ] ||
     fail "the FAILED inbox rows do not record the attempts and the error"
@@ -115,7 +119,7 @@ psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, he
        ('doc', 'inv-42', 'InvoiceIssued', '{\"doc\": {\"number\": 42}}', '{\"source\": \"ERP\"}'),
        ('doc', 'inv-42', 'InvoiceIssued', '{\"doc\": {\"number\": 42}}', '{\"source\": \"ERP\"}'),
        ('doc', 'inv-43', 'InvoiceIssued', '{\"doc\": {\"number\": 43}}', '{\"source\": \"ERP\"}')"
-INBOX_TOPICS_TEST="$TOPIC_PREFIX.doc" start_inbox docs INBOX_HANDLER=apply_doc INBOX_NAME=docs \
+INBOX_TOPICS_TEST="^${TOPIC_PREFIX//./\\.}\\.do[c]$" start_inbox docs INBOX_HANDLER=apply_doc INBOX_NAME=docs \
     INBOX_DEDUPE_KEY=header:source,payload:/doc/number INBOX_KAFKA_GROUP_ID="$TOPIC_PREFIX.docs"
 wait_until 60 "3 document messages handled" eval \
     '[ $(( $(metric docs '"'"'inbox_messages_total{result="applied"}'"'"') + $(metric docs '"'"'inbox_messages_total{result="duplicate"}'"'"') )) = 3 ]'
