@@ -12,7 +12,7 @@ group_gone() { ! pgrep -g "$1" >/dev/null; }
 run_demo() {
     local how=$1 out=$WORK/demo-$1.out pgid rc=0
     local seconds=
-    [ "$how" = seconds ] && seconds=12
+    [ "$how" = seconds ] && seconds=16
     # A terminal's foreground job has SIGINT at its default; a background job of this script
     # would start with it ignored (and bash cannot trap a signal ignored at entry).
     DEMO_SECONDS=$seconds setsid env --default-signal=INT bash "$RELAYTEST_SRC/scripts/demo.sh" >"$out" 2>&1 &
@@ -20,6 +20,11 @@ run_demo() {
     DEMO_PIDS+=("$pgid")
     if [ "$how" = ctrl-c ]; then
         wait_until 300 "events shown by the demo" grep -q '"order_id"' "$out"
+        # and booked by its outbox-inbox (its consumer group forms a few seconds later)
+        local port
+        port=$(sed -n 's/^servers: PostgreSQL on 127.0.0.1:\([0-9]*\),.*/\1/p' "$out")
+        wait_until 60 "an order booked by the demo's outbox-inbox" eval \
+            '[ "$("$PG_BIN/psql" -X -At "host=127.0.0.1 port=$port user=postgres dbname=billing" -c "SELECT count(*) FROM revenue" 2>/dev/null || echo 0)" -ge 1 ]'
         log "Ctrl-C: SIGINT to process group $pgid"
         kill -INT -- "-$pgid"
     fi
