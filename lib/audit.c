@@ -143,12 +143,9 @@ static int make_consumer(struct audit *a)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char kerr[512];
-    for (size_t i = 0; i < a->cfg->n_kafka; i++) {
-        const struct kafka_prop *p = &a->cfg->kafka[i];
-        if (rd_kafka_conf_set(conf, p->name, p->value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            return set_err(a->err, a->errlen, "%s: %s", p->origin, kerr);
-        }
+    if (config_kafka_apply(conf, a->cfg->kafka, a->cfg->n_kafka, a->err, a->errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return -1;
     }
     static const char *const consumer[][2] = {
         {"group.id", "outbox-relay-audit"}, /* assign() only: the group is never joined */

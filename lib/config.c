@@ -328,19 +328,44 @@ static int apply(struct config *cfg, const struct setting *s, const char *value,
     return 0;
 }
 
-static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin)
+void config_kafka_add(struct kafka_prop **props, size_t *n, const char *name, const char *value,
+                      const char *origin)
 {
-    for (size_t i = 0; i < cfg->n_kafka; i++) {
-        if (strcmp(cfg->kafka[i].name, name) == 0) {
-            free(cfg->kafka[i].value);
-            free(cfg->kafka[i].origin);
-            cfg->kafka[i].value = xstrdup(value);
-            cfg->kafka[i].origin = xstrdup(origin);
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp((*props)[i].name, name) == 0) {
+            free((*props)[i].value);
+            free((*props)[i].origin);
+            (*props)[i].value = xstrdup(value);
+            (*props)[i].origin = xstrdup(origin);
             return;
         }
     }
-    cfg->kafka = xrealloc(cfg->kafka, (cfg->n_kafka + 1) * sizeof(*cfg->kafka));
-    cfg->kafka[cfg->n_kafka++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin)};
+    *props = xrealloc(*props, (*n + 1) * sizeof(**props));
+    (*props)[(*n)++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin)};
+}
+
+void config_kafka_free(struct kafka_prop *props, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(props[i].name);
+        free(props[i].value);
+        free(props[i].origin);
+    }
+    free(props);
+}
+
+int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen)
+{
+    char kerr[512];
+    for (size_t i = 0; i < n; i++)
+        if (rd_kafka_conf_set(conf, props[i].name, props[i].value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK)
+            return set_err(err, errlen, "%s: %s", props[i].origin, kerr);
+    return 0;
+}
+
+static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin)
+{
+    config_kafka_add(&cfg->kafka, &cfg->n_kafka, name, value, origin);
 }
 
 /* Reads a NAME_FILE secret: whole file, one trailing newline removed. */
@@ -394,13 +419,7 @@ char *config_kafka_name(const char *suffix)
 static int check_kafka_props(struct config *cfg, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    int rc = 0;
-    for (size_t i = 0; i < cfg->n_kafka && rc == 0; i++) {
-        char kerr[512];
-        if (rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, kerr,
-                              sizeof(kerr)) != RD_KAFKA_CONF_OK)
-            rc = set_err(err, errlen, "%s: %s", cfg->kafka[i].origin, kerr);
-    }
+    int rc = config_kafka_apply(conf, cfg->kafka, cfg->n_kafka, err, errlen);
     rd_kafka_conf_destroy(conf);
     return rc;
 }
@@ -647,12 +666,7 @@ void config_destroy(struct config *cfg)
             free(*str_field(cfg, &settings[i]));
             *str_field(cfg, &settings[i]) = NULL;
         }
-    for (size_t i = 0; i < cfg->n_kafka; i++) {
-        free(cfg->kafka[i].name);
-        free(cfg->kafka[i].value);
-        free(cfg->kafka[i].origin);
-    }
-    free(cfg->kafka);
+    config_kafka_free(cfg->kafka, cfg->n_kafka);
     cfg->kafka = NULL;
     cfg->n_kafka = 0;
     free(cfg->command);

@@ -4,6 +4,7 @@
 #ifndef OUTBOX_CONFIG_H
 #define OUTBOX_CONFIG_H
 
+#include <librdkafka/rdkafka.h>
 #include <stdio.h>
 
 #include "log.h"
@@ -85,6 +86,13 @@ int config_topic_allowed(const char *allow, const char *topic);
 char *config_read_secret(const char *path, const char *origin, char *err, size_t errlen);
 int config_is_service_link(const char *name);
 char *config_kafka_name(const char *suffix);
+
+/* librdkafka properties as settings hold them: add (a later one of the same name replaces
+ * it), free, and apply to a configuration (0, or -1 with err naming the property's origin). */
+void config_kafka_add(struct kafka_prop **props, size_t *n, const char *name, const char *value,
+                      const char *origin);
+void config_kafka_free(struct kafka_prop *props, size_t n);
+int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen);
 
 void config_print_help(FILE *out);
 /* Prints the settings table as Markdown (the README's configuration reference). */

@@ -199,13 +199,9 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     rd_kafka_conf_set(conf, "queue.buffering.max.messages", qmax, kerr, sizeof(kerr));
     snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight_bytes / 1024);
     rd_kafka_conf_set(conf, "queue.buffering.max.kbytes", qmax, kerr, sizeof(kerr));
-    for (size_t i = 0; i < sk->cfg->n_kafka; i++) {
-        const struct kafka_prop *p = &sk->cfg->kafka[i];
-        if (rd_kafka_conf_set(conf, p->name, p->value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            set_err(err, errlen, "%s: %s", p->origin, kerr);
-            return NULL;
-        }
+    if (config_kafka_apply(conf, sk->cfg->kafka, sk->cfg->n_kafka, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
     }
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
@@ -367,8 +363,11 @@ int sink_check_reachable(const struct kafka_prop *props, size_t n)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char kerr[512];
-    for (size_t i = 0; i < n; i++)
-        rd_kafka_conf_set(conf, props[i].name, props[i].value, kerr, sizeof(kerr));
+    if (config_kafka_apply(conf, props, n, kerr, sizeof(kerr)) != 0) { /* settings checked them already */
+        rd_kafka_conf_destroy(conf);
+        log_error("check-config: kafka: %s", kerr);
+        return 1;
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
     if (!rk) {
         rd_kafka_conf_destroy(conf);

@@ -469,14 +469,9 @@ static void dlq_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque
 static rd_kafka_conf_t *kafka_conf(struct inbox *ib, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    char kerr[512];
-    for (size_t i = 0; i < ib->cfg->n_kafka; i++) {
-        const struct kafka_prop *p = &ib->cfg->kafka[i];
-        if (rd_kafka_conf_set(conf, p->name, p->value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            set_err(err, errlen, "%s: %s", p->origin, kerr);
-            return NULL;
-        }
+    if (config_kafka_apply(conf, ib->cfg->kafka, ib->cfg->n_kafka, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
     }
     rd_kafka_conf_set_log_cb(conf, kafka_log);
     rd_kafka_conf_set_error_cb(conf, kafka_error);
@@ -635,6 +630,7 @@ static enum outcome apply_run(struct inbox *ib, struct incoming *in, int n, int 
             return transient ? RETRY_TRANSIENT : RETRY_HANDLER;
         ib->prepared = 1;
     }
+    memset(fresh, 0, (size_t)n * sizeof(*fresh));
     char **keys = xcalloc((size_t)n, sizeof(*keys));
     int sent = PQenterPipelineMode(ib->conn) && PQsendQueryParams(ib->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
     for (int i = 0; sent && i < n; i++) {

@@ -91,20 +91,6 @@ static int apply(struct inbox_config *cfg, const struct setting *s, const char *
     return 0;
 }
 
-static void add_kafka(struct inbox_config *cfg, const char *prop, const char *value, const char *origin)
-{
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (strcmp(cfg->kafka[i].name, prop) == 0) {
-            free(cfg->kafka[i].value);
-            free(cfg->kafka[i].origin);
-            cfg->kafka[i].value = xstrdup(value);
-            cfg->kafka[i].origin = xstrdup(origin);
-            return;
-        }
-    cfg->kafka = xrealloc(cfg->kafka, (cfg->n_kafka + 1) * sizeof(*cfg->kafka));
-    cfg->kafka[cfg->n_kafka++] = (struct kafka_prop){xstrdup(prop), xstrdup(value), xstrdup(origin)};
-}
-
 static int load_env(struct inbox_config *cfg, const char *var, char *err, size_t errlen)
 {
     const char *eq = strchr(var, '=');
@@ -138,7 +124,7 @@ static int load_env(struct inbox_config *cfg, const char *var, char *err, size_t
             log_warn("ignoring %s: looks like a Kubernetes service link variable", name);
         } else {
             char *prop = config_kafka_name(name + 12);
-            add_kafka(cfg, prop, value, name);
+            config_kafka_add(&cfg->kafka, &cfg->n_kafka, prop, value, name);
             free(prop);
         }
     }
@@ -212,12 +198,7 @@ static int validate(struct inbox_config *cfg, char *err, size_t errlen)
     if (parse_dedupe_key(cfg, err, errlen) != 0)
         return -1;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    int rc = 0;
-    for (size_t i = 0; i < cfg->n_kafka && rc == 0; i++) {
-        char kerr[512];
-        if (rd_kafka_conf_set(conf, cfg->kafka[i].name, cfg->kafka[i].value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK)
-            rc = set_err(err, errlen, "%s: %s", cfg->kafka[i].origin, kerr);
-    }
+    int rc = config_kafka_apply(conf, cfg->kafka, cfg->n_kafka, err, errlen);
     rd_kafka_conf_destroy(conf);
     return rc;
 }
@@ -264,12 +245,7 @@ void inbox_config_destroy(struct inbox_config *cfg)
             free(*str_of(cfg, &settings[i]));
             *str_of(cfg, &settings[i]) = NULL;
         }
-    for (size_t i = 0; i < cfg->n_kafka; i++) {
-        free(cfg->kafka[i].name);
-        free(cfg->kafka[i].value);
-        free(cfg->kafka[i].origin);
-    }
-    free(cfg->kafka);
+    config_kafka_free(cfg->kafka, cfg->n_kafka);
     for (int i = 0; i < cfg->n_key_parts; i++)
         free(cfg->key_parts[i].name);
     free(cfg->command);
