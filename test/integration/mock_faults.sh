@@ -33,7 +33,7 @@ writers 4 250 100
 wait_until 30 "the permanent error reached the relay" grep -q "fatal producer error: .*Message size too large" "$WORK/relay-main.log"
 wait_until 30 "the one-at-a-time retry ran" grep -q "relay: isolation done at row" "$WORK/relay-main.log"
 grep -q "relay: publishing rows one at a time up to id" "$WORK/relay-main.log" || fail "no one-at-a-time retry started"
-# (the metrics snapshot is published every second: wait for the one after the log line)
+# (the metrics snapshot is published every half second: wait for the one after the log line)
 wait_until 10 "outbox_publish_failures_total{reason=\"producer\"} to count the failed deliveries" \
     metric_at_least main 'outbox_publish_failures_total{reason="producer"}' $((failures0 + 1))
 
