@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Chaos run: concurrent writers (writer rule, late commits, stalled inserts) insert events
 # over many keys while the relay is SIGKILLed at random moments — each time only after it
-# has published since its last start, so that kills hit rows in flight — Kafka is restarted
+# has published since its last start, every second kill in the middle of a burst's drain,
+# so that kills hit rows in flight — Kafka is restarted
 # twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
 # once. Then every topic is consumed and compared with the table.
 #   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N]
@@ -15,7 +16,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-events=200000 kills=20 keys=1000 clients=8 inflight=5000
+events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000
 while [ $# -gt 0 ]; do
     case $1 in
     --events) events=$2; shift 2 ;;
@@ -110,6 +111,22 @@ wait_published() {
     return 1
 }
 
+# burst_kill: commits a burst of rows (the writer rule: the aggregates locked first) and
+# returns as soon as the relay has marked some of them, the rest still in flight
+burst_kill() {
+    local before deadline
+    before=$(sent_count)
+    psqlc "BEGIN;
+           UPDATE aggregate SET version = version + 1;
+           INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'order', 'k' || (1 + g % $keys), 'E',
+                    jsonb_build_object('k', 1 + g % $keys, 'burst', true, 'pad', repeat('p', 100))
+             FROM generate_series(1, $burst) g;
+           COMMIT;" >/dev/null 2>&1 || return 0
+    deadline=$((SECONDS + 30))
+    while [ "$(sent_count)" -le "$before" ] && [ $SECONDS -lt $deadline ]; do sleep 0.02; done
+}
+
 start_tracked
 writers &
 writer_pid=$!
@@ -125,7 +142,13 @@ while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
         start_tracked
     fi
     wait_published || unpublished_kills=$((unpublished_kills + 1))
-    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", (r % 100) / 100 }')"
+    if [ $((done_kills % 2)) = 1 ]; then
+        # every second kill lands in the middle of a burst's drain, where rows are always
+        # in flight (at the writers' steady rate a random moment may find none)
+        burst_kill
+    else
+        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", (r % 100) / 100 }')"
+    fi
     kill -KILL "$relay_pid" 2>/dev/null || true
     reap 137
     done_kills=$((done_kills + 1))
