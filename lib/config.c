@@ -584,13 +584,13 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             if (have_command)
                 return set_err(err, errlen, "unexpected argument '%s' (see --help)", arg);
             static const char *const commands[] = {"run", "migrate", "status", "requeue", "purge",
-                                                   "replay", "audit"};
+                                                   "replay", "audit", "healthcheck"};
             int known = 0;
             for (size_t c = 0; c < ARRAY_LEN(commands); c++)
                 known |= strcmp(arg, commands[c]) == 0;
             if (!known)
                 return set_err(err, errlen, "unknown command '%s' (commands: run, migrate, "
-                               "status, requeue, purge, replay, audit)", arg);
+                               "status, requeue, purge, replay, audit, healthcheck)", arg);
             free(cfg->command);
             cfg->command = xstrdup(arg);
             have_command = 1;
@@ -693,6 +693,8 @@ void config_print_help(FILE *out)
             "  audit [--since T] [--until T] [--json]\n"
             "                 compare the table with Kafka: lost, duplicates, order, completion\n"
             "                 (exit 0 all there, 1 rows lost or out of order, 2 no audit)\n"
+            "  healthcheck    ask this relay's /healthz (OUTBOX_HTTP_ADDR): exit 0 healthy, 1 not\n"
+            "                 (the images' health check: no curl needed)\n"
             "  --check-config validate settings and reach PostgreSQL and Kafka, then exit\n"
             "                 (0 ok, 1 unreachable, 2 invalid setting)\n\n"
             "settings (flag, environment variable, default):\n");

@@ -48,7 +48,7 @@ struct config {
     size_t n_kafka;
 
     /* Not settings: what the command line asked for. */
-    char *command;     /* "run" (default), "migrate", "status", "requeue", "purge", "replay", "audit" */
+    char *command;     /* "run" (default), "migrate", "status", "requeue", "purge", "replay", "audit", "healthcheck" */
     int json;          /* --json: machine-readable output of status/requeue/purge/replay */
     char *requeue_id;  /* requeue/replay --id N */
     char *requeue_key; /* requeue/replay --key K */

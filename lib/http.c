@@ -2,11 +2,16 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -39,6 +44,82 @@ int http_parse_addr(const char *addr, char *host, size_t hostlen, int *port)
     host[n] = '\0';
     *port = (int)p;
     return 0;
+}
+
+/* Waits for fd to become ready for events until deadline_ms; 0, or -1 on timeout. */
+static int wait_fd(int fd, short events, int64_t deadline_ms)
+{
+    for (;;) {
+        int64_t left = deadline_ms - mono_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+int http_probe(const char *addr, const char *path, int timeout_ms, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    if (http_parse_addr(addr, host, sizeof(host), &port) != 0) {
+        set_err(err, errlen, "expected host:port or :port, got '%s'", addr);
+        return -1;
+    }
+    if (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0)
+        strcpy(host, "127.0.0.1");
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        set_err(err, errlen, "'%s' is not an IPv4 address", host);
+        return -1;
+    }
+    int64_t deadline = mono_ms() + timeout_ms;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        set_err(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int status = -1;
+    char req[512], buf[256];
+    int reqlen = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
+    size_t got = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS) {
+        set_err(err, errlen, "%s:%d: %s", host, port, strerror(errno));
+        goto out;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof(soerr);
+    if (wait_fd(fd, POLLOUT, deadline) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
+        set_err(err, errlen, "%s:%d: %s", host, port, soerr ? strerror(soerr) : "no answer");
+        goto out;
+    }
+    if (send(fd, req, (size_t)reqlen, MSG_NOSIGNAL) != reqlen) {
+        set_err(err, errlen, "%s:%d: send: %s", host, port, strerror(errno));
+        goto out;
+    }
+    /* the status line is all we need: "HTTP/1.x NNN ..." */
+    while (got < sizeof(buf) - 1 && !memchr(buf, '\n', got)) {
+        if (wait_fd(fd, POLLIN, deadline) != 0)
+            break;
+        ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    int code;
+    if (sscanf(buf, "HTTP/%*d.%*d %d", &code) == 1 && code >= 100 && code <= 599)
+        status = code;
+    else
+        set_err(err, errlen, "%s:%d%s: no HTTP answer within %d ms", host, port, path, timeout_ms);
+out:
+    close(fd);
+    return status;
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,

@@ -19,4 +19,9 @@ void http_publish(struct http *h, const char *metrics_text, const char *status_j
 /* Parses "host:port" / ":port"; 0 or -1. host is "" for all interfaces. */
 int http_parse_addr(const char *addr, char *host, size_t hostlen, int *port);
 
+/* The `healthcheck` command of the images (no curl in them): GET path from the endpoint
+ * at addr (an empty or 0.0.0.0 host means 127.0.0.1) within timeout_ms. Returns the HTTP
+ * status, or -1 with err when nothing answered. */
+int http_probe(const char *addr, const char *path, int timeout_ms, char *err, size_t errlen);
+
 #endif

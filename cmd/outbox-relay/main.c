@@ -12,6 +12,7 @@
 #include "audit.h"
 #include "replay.h"
 #include "config.h"
+#include "http.h"
 #include "log.h"
 #include "pgconn.h"
 #include "relay.h"
@@ -133,6 +134,24 @@ static int audit(const struct config *cfg)
     return rc;
 }
 
+/* The image's health check (no curl in it): 0 when this container's /healthz answers 200. */
+static int healthcheck(const struct config *cfg)
+{
+    if (!cfg->http_addr[0]) {
+        log_error("healthcheck: OUTBOX_HTTP_ADDR is empty, so there is no /healthz to ask");
+        return 2;
+    }
+    char err[512];
+    int status = http_probe(cfg->http_addr, "/healthz", 3000, err, sizeof(err));
+    if (status == 200)
+        return 0;
+    if (status < 0)
+        log_error("healthcheck: %s", err);
+    else
+        log_error("healthcheck: /healthz answered %d", status);
+    return 1;
+}
+
 /* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
 static int check_config(const struct config *cfg)
 {
@@ -174,6 +193,8 @@ int main(int argc, char **argv)
             code = replay(&cfg);
         else if (strcmp(cfg.command, "audit") == 0)
             code = audit(&cfg);
+        else if (strcmp(cfg.command, "healthcheck") == 0)
+            code = healthcheck(&cfg);
         else if (strcmp(cfg.command, "run") != 0)
             code = admin(&cfg);
         else

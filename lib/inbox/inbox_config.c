@@ -170,7 +170,7 @@ static int validate(struct inbox_config *cfg, char *err, size_t errlen)
     char why[256];
     if (config_check_table(cfg->table, why, sizeof(why)) != 0)
         return set_err(err, errlen, "INBOX_TABLE: %s", why);
-    if (!cfg->pg_dsn[0])
+    if (!cfg->pg_dsn[0] && strcmp(cfg->command, "healthcheck") != 0)
         return set_err(err, errlen, "INBOX_PG_DSN: required (the consumer's database)");
     if (!cfg->topics[0] && strcmp(cfg->command, "run") == 0)
         return set_err(err, errlen, "INBOX_TOPICS: required (a list of topics, or ^regex)");
@@ -226,11 +226,11 @@ int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **ar
             cfg->show_version = 1;
         else if (strcmp(a, "--check-config") == 0)
             cfg->check_config = 1;
-        else if (strcmp(a, "run") == 0 || strcmp(a, "migrate") == 0) {
+        else if (strcmp(a, "run") == 0 || strcmp(a, "migrate") == 0 || strcmp(a, "healthcheck") == 0) {
             free(cfg->command);
             cfg->command = xstrdup(a);
         } else
-            return set_err(err, errlen, "unknown argument '%s' (commands: run, migrate; --check-config, "
+            return set_err(err, errlen, "unknown argument '%s' (commands: run, migrate, healthcheck; --check-config, "
                            "--help, --version; settings are INBOX_* environment variables)", a);
     }
     if (cfg->show_help || cfg->show_version)
@@ -254,9 +254,10 @@ void inbox_config_destroy(struct inbox_config *cfg)
 
 void inbox_config_print_help(FILE *out)
 {
-    fprintf(out, "usage: outbox-inbox [run | migrate] [--check-config]\n\n"
+    fprintf(out, "usage: outbox-inbox [run | migrate | healthcheck] [--check-config]\n\n"
                  "  run            consume INBOX_TOPICS and apply each new message with INBOX_HANDLER (default)\n"
                  "  migrate        create the inbox table and exit\n"
+                 "  healthcheck    ask this consumer's /healthz (INBOX_HTTP_ADDR): exit 0 healthy, 1 not\n"
                  "  --check-config validate settings, reach PostgreSQL and Kafka, resolve the handler; exit 0/1/2\n\n"
                  "settings (environment; NAME_FILE reads NAME from a file):\n");
     for (size_t i = 0; i < ARRAY_LEN(settings); i++)

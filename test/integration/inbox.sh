@@ -74,6 +74,8 @@ dups=$(metric main 'inbox_messages_total{result="duplicate"}')
 [ "$(metric main 'inbox_messages_total{result="dead_lettered"}')" = 3 ] || fail "dead-lettered count: $(metric main 'inbox_messages_total{result="dead_lettered"}')"
 [ "$(metric main inbox_handler_failures_total)" = 9 ] || fail "handler failures: $(metric main inbox_handler_failures_total), want 3 × 3"
 exported main 'inbox_completion_seconds_count [1-9]' || fail "no completion times"
+INBOX_HTTP_ADDR=127.0.0.1:$(http_port main) "$RELAYTEST_INBOX_BIN" healthcheck >"$WORK/hc.log" 2>&1 ||
+    fail "outbox-inbox healthcheck failed against a running consumer: $(cat "$WORK/hc.log")"
 log "2,000 events applied once each, in key order; $dups redelivered messages counted as duplicates"
 # the dead letters: the poison events, with the error
 # (at least once: a poison message dead-lettered by the crashed inbox before its offset was

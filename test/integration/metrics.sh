@@ -48,6 +48,18 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
 [ "$code" = 200 ] || fail "/readyz is $code during a Kafka outage; the default keeps the pod ready"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
 [ "$code" = 200 ] || fail "/healthz is $code"
+# the images' health check asks /healthz without curl: healthy now, not while frozen
+OUTBOX_HTTP_ADDR=127.0.0.1:$port "$RELAYTEST_RELAY_BIN" healthcheck >"$WORK/hc.log" 2>&1 ||
+    fail "healthcheck exited $? while /healthz answers 200: $(cat "$WORK/hc.log")"
+kill -STOP "$(relay_pid main)"
+rc=0
+OUTBOX_HTTP_ADDR=127.0.0.1:$port "$RELAYTEST_RELAY_BIN" healthcheck >"$WORK/hc.log" 2>&1 || rc=$?
+kill -CONT "$(relay_pid main)"
+[ "$rc" = 1 ] || fail "healthcheck exited $rc against a frozen relay (want 1): $(cat "$WORK/hc.log")"
+grep -q "no HTTP answer" "$WORK/hc.log" || fail "healthcheck said: $(cat "$WORK/hc.log")"
+rc=0
+OUTBOX_HTTP_ADDR=127.0.0.1:$(free_port) "$RELAYTEST_RELAY_BIN" healthcheck >"$WORK/hc.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "healthcheck exited $rc with nothing listening (want 1)"
 
 kafka_start
 wait_until 120 "backlog drained after Kafka returned" all_sent
