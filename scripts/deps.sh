@@ -9,6 +9,7 @@ packages=(
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
     valgrind curl jq prometheus clang libclang-rt-14-dev cppcheck
+    buildah mmdebstrap
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 
