@@ -9,7 +9,7 @@ packages=(
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
     valgrind curl jq prometheus clang libclang-rt-14-dev cppcheck
-    buildah mmdebstrap
+    buildah mmdebstrap python3-venv
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 
@@ -17,12 +17,20 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}" >&2
+    sudo=()
+    [ "$(id -u)" = 0 ] || sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -q >&2
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
-echo "deps: installing ${missing[*]}" >&2
-sudo=()
-[ "$(id -u)" = 0 ] || sudo=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q >&2
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+
+# The deployment checks' Python tools (test/deploy.sh): kubernetes-validate, which brings
+# the Kubernetes schemas and PyYAML, from PyPI into the project's own virtualenv.
+venv=$(cd "$(dirname "$0")/.." && pwd)/.work/venv
+if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+    echo "deps: kubernetes-validate into $venv" >&2
+    /usr/bin/python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0 >&2
+fi
