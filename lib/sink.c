@@ -134,9 +134,26 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
                        rd_kafka_message_status(m) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
 }
 
+const char *sink_auth_hint(const rd_kafka_conf_t *conf)
+{
+    char mech[64];
+    size_t len = sizeof(mech);
+    if (rd_kafka_version() >= 0x020601ff ||
+        rd_kafka_conf_get(conf, "sasl.mechanisms", mech, &len) != RD_KAFKA_CONF_OK ||
+        strncmp(mech, "SCRAM", 5) != 0)
+        return "";
+    return " (if the user and password are right and the brokers run Kafka 4.x: librdkafka "
+           "before 2.6.1 cannot log in with SCRAM to Kafka 4.x brokers; see README "
+           "\"Secure connections\")";
+}
+
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     struct sink *sk = opaque;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+        log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
+        return;
+    }
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char fatal[512];
         rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
@@ -359,9 +376,21 @@ void sink_test_fatal(struct sink *sk)
 }
 #endif
 
+/* check-config's error callback: keeps the first authentication failure */
+static void check_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)rk;
+    char *auth = opaque;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION && !auth[0])
+        snprintf(auth, 512, "%s", reason);
+}
+
 int sink_check_reachable(const struct kafka_prop *props, size_t n)
 {
+    char auth[512] = "";
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set_error_cb(conf, check_error_cb);
+    rd_kafka_conf_set_opaque(conf, auth);
     char kerr[512];
     if (config_kafka_apply(conf, props, n, kerr, sizeof(kerr)) != 0) { /* settings checked them already */
         rd_kafka_conf_destroy(conf);
@@ -377,7 +406,12 @@ int sink_check_reachable(const struct kafka_prop *props, size_t n)
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
     int rc = 0;
-    if (err) {
+    if (err)
+        rd_kafka_poll(rk, 100); /* serves the error events, an authentication failure among them */
+    if (err && auth[0]) {
+        log_error("check-config: kafka refused the login: %s%s", auth, sink_auth_hint(rd_kafka_conf(rk)));
+        rc = 1;
+    } else if (err) {
         log_error("check-config: kafka unreachable: %s", rd_kafka_err2str(err));
         rc = 1;
     } else {

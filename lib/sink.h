@@ -56,6 +56,12 @@ void sink_abandon(struct sink *sk, int timeout_ms);
 
 /* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
  * 0 when it answers, 1 otherwise; both logged. */
+/* Words added to a Kafka authentication failure: librdkafka before 2.6.1 cannot log in
+ * with SCRAM to Kafka 4.x brokers (it doubles the nonce in its final message, which 4.x
+ * refuses as RFC 5802 asks), so a right password is refused there. "" when that cannot be
+ * the cause (another mechanism, or a fixed librdkafka). */
+const char *sink_auth_hint(const rd_kafka_conf_t *conf);
+
 int sink_check_reachable(const struct kafka_prop *props, size_t n);
 
 #ifdef OUTBOX_TEST_HOOKS

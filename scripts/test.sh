@@ -16,6 +16,7 @@ src=$(pwd)
 
 bash scripts/deps.sh || exit 1
 bash test/env/kafka.sh fetch || exit 1
+KAFKA_VERSION=3.9.1 bash test/env/kafka.sh fetch || exit 1 # the SCRAM broker of the tls test
 
 build=${OUTBOX_TEST_BUILD:-build-test}
 if [ ! -f "$build/build.ninja" ]; then

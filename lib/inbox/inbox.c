@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "pgconn.h"
 #include "schema.h"
+#include "sink.h"
 #include "util.h"
 
 #ifndef OUTBOX_VERSION
@@ -404,9 +405,11 @@ static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const ch
 
 static void kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void)rk;
     (void)opaque;
-    log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION)
+        log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
+    else
+        log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
 
 /* Consumer lag per partition from librdkafka's statistics (served on the loop's poll). */

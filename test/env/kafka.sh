@@ -9,16 +9,36 @@
 #                               min.insync.replicas 2; node i lives in DIR/iN. Stop, kill and
 #                               start again one node with stop/kill/restart DIR/iN.
 #   kafka.sh restart DIR        starts a stopped node again with its existing data
+#   kafka.sh secure DIR PORT PEM USER PASSWORD_FILE
+#                               one node whose client listener on 127.0.0.1:PORT is SASL_SSL
+#                               (SCRAM-SHA-512; USER created at format time with the
+#                               password in PASSWORD_FILE; PEM holds the server's PKCS#8
+#                               key and certificate chain); brokers talk PLAINTEXT on PORT+2
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-jars=${KAFKA_JARS:-$HOME/.cache/outbox-relay/kafka-jars}
+# KAFKA_VERSION picks another broker release (its jars cached apart); the default is the
+# one kafka-pom.xml names.
+default_version=$(sed -n 's|.*<artifactId>kafka_2.13</artifactId><version>\(.*\)</version>.*|\1|p' "$here/kafka-pom.xml")
+version=${KAFKA_VERSION:-$default_version}
+if [ "$version" = "$default_version" ]; then
+    jars=${KAFKA_JARS:-$HOME/.cache/outbox-relay/kafka-jars}
+else
+    jars=$HOME/.cache/outbox-relay/kafka-jars-$version
+fi
 
 fetch() {
     if [ -f "$jars/.complete" ]; then return 0; fi
     mkdir -p "$jars"
-    mvn -B -q -f "$here/kafka-pom.xml" \
+    local pom=$here/kafka-pom.xml
+    if [ "$version" != "$default_version" ]; then
+        pom=$jars/pom.xml
+        sed "s|<artifactId>kafka_2.13</artifactId><version>$default_version</version>|<artifactId>kafka_2.13</artifactId><version>$version</version>|" \
+            "$here/kafka-pom.xml" >"$pom"
+    fi
+    mvn -B -q -f "$pom" \
         org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$jars" >&2
+    rm -f "$jars/pom.xml"
     touch "$jars/.complete"
 }
 
@@ -31,7 +51,8 @@ wait_port() { # port seconds
     return 1
 }
 
-# node DIR PORT ID VOTERS CLUSTER_ID RF: writes the node's settings and formats it, once.
+# node DIR PORT ID VOTERS CLUSTER_ID RF [FORMAT_ARGS...]: writes the node's settings and formats
+# it (with the storage tool's extra arguments), once.
 node() {
     local dir=$1 port=$2 id=$3 voters=$4 cluster=$5 rf=$6 cport=$(($2 + 1)) isr=1
     [ "$rf" -gt 1 ] && isr=2
@@ -76,7 +97,7 @@ rootLogger.level = warn
 rootLogger.appenderRef.err.ref = STDERR
 PROPS
     echo "$port" >"$dir/port"
-    java -cp "$jars/*" kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" \
+    java -cp "$jars/*" kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" "${@:7}" \
         >"$dir/format.log" 2>&1 || { echo "kafka.sh: formatting $dir failed:" >&2; cat "$dir/format.log" >&2; return 1; }
 }
 
@@ -126,6 +147,29 @@ cluster() {
     for i in 1 2 3; do wait_node "$dir/n$i" || return 1; done
 }
 
+secure() {
+    local dir=$1 port=$2 pem=$3 user=$4 password
+    password=$(cat "$5")
+    fetch
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    node "$dir" "$((port + 2))" 1 "1@127.0.0.1:$((port + 3))" "$(cluster_id)" 1 \
+        "--add-scram=SCRAM-SHA-512=[name=$user,password=$password]"
+    # the client listener: SASL_SSL with SCRAM, the server's certificate from a PEM file
+    cat >>"$dir/server.properties" <<PROPS
+listeners=SASL_SSL://127.0.0.1:$port,PLAINTEXT://127.0.0.1:$((port + 2)),CONTROLLER://127.0.0.1:$((port + 3))
+advertised.listeners=SASL_SSL://localhost:$port,PLAINTEXT://127.0.0.1:$((port + 2)),CONTROLLER://127.0.0.1:$((port + 3))
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$pem
+PROPS
+    echo "$port" >"$dir/port"
+    launch "$dir"
+    wait_node "$dir"
+}
+
 restart() {
     launch "$1"
     wait_node "$1"
@@ -152,5 +196,6 @@ stop) stop "$2" ;;
 kill) stop "$2" KILL ;;
 cluster) cluster "$2" "$3" ;;
 restart) restart "$2" ;;
+secure) secure "$2" "$3" "$4" "$5" "$6" ;;
 *) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR | cluster DIR PORT | restart DIR" >&2; exit 2 ;;
 esac
