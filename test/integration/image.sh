@@ -83,7 +83,7 @@ image_cmd "${RELAY_BASE_ENV[@]}" OUTBOX_RELAY_NAME=image --
 pid=$!
 RELAY_PIDS+=("$pid")
 # what the relay itself sees: its root file system read-only, its user 10001
-wait_until 10 "the relay exec'd in the image" grep -q outbox-relay "/proc/$pid/cmdline"
+wait_until 10 "the relay exec'd in the image" grep -qx outbox-relay "/proc/$pid/comm"
 root_opts=$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo")
 case ",$root_opts," in *,ro,*) ;; *) fail "the relay's root is mounted '$root_opts', not read-only" ;; esac
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$pid/status")
