@@ -11,7 +11,8 @@
 #   bench/bench.sh [--quick] [--out DIR]
 # The last line is:
 #   RESULT ceiling_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
-#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=..
+#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=.. wal_ratio=..
+# (wal_ratio: WAL the relay writes per event while draining / WAL of the writer's insert)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -82,8 +83,12 @@ backlog() { # rows: a backlog of 1 KB JSON rows over 10,000 keys, vacuumed and a
     psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
            SELECT 'bench', 'k' || (g % 10000), 'Created', jsonb_build_object('seq', g, 'pad', repeat(md5(g::text), 30))
            FROM generate_series(1, $1) g"
+    wal_inserted=$(wal_lsn)
     psqlc "VACUUM ANALYZE outbox"
 }
+# WAL positions (the insert position: what was written, flushed or not)
+wal_lsn() { psqlc "SELECT pg_current_wal_insert_lsn()"; }
+wal_bytes() { psqlc "SELECT '$2'::pg_lsn - '$1'::pg_lsn"; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 now() { date +%s.%N; }
 
@@ -98,7 +103,9 @@ for run in $(seq 1 $REPEATS); do
 
     say "run $run/$REPEATS: relay draining $N rows"
     psqlc "TRUNCATE outbox"
+    w0=$(wal_lsn)
     backlog "$N"
+    w1=$(wal_lsn)
     start_relay
     c0=$(cpu_ticks "$relay_pid")
     # The clock starts at the last moment no claim had run yet (connecting and getting a
@@ -114,8 +121,14 @@ for run in $(seq 1 $REPEATS); do
         sleep 0.5
     done
     t1=$(now)
+    w2=$(wal_lsn)
     c1=$(cpu_ticks "$relay_pid")
     rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$relay_pid/status")
+    # WAL per event: the writers' insert vs the relay's drain (claims, marks, its lease and
+    # state rows, autovacuum if it ran meanwhile); the backlog's own VACUUM is excluded
+    ins_b=$(wal_bytes "$w0" "$wal_inserted") drain_b=$(wal_bytes "$w1" "$w2")
+    awk -v i="$ins_b" -v d="$drain_b" -v n="$N" 'BEGIN { printf "%.0f\t%.0f\t%.3f\n", i / n, d / n, d / i }' >>"$out/wal.txt"
+    say "WAL per event: insert $(awk -v i="$ins_b" -v n="$N" 'BEGIN { printf "%.0f", i / n }') bytes, relay's drain $(awk -v d="$drain_b" -v n="$N" 'BEGIN { printf "%.0f", d / n }') bytes"
     awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f\n", n / (b - a) }' >>"$out/throughput.txt"
     awk -v n="$N" -v c="$((c1 - c0))" -v hz="$tick_hz" 'BEGIN { printf "%.2f\n", c / hz * 1e6 / n }' >>"$out/cpu.txt"
     awk -v k="$rss_kb" 'BEGIN { printf "%.1f\n", k / 1024 }' >>"$out/rss.txt"
@@ -210,6 +223,7 @@ writer=$(median <"$out/writer.txt")
 cpu=$(median <"$out/cpu.txt")
 rss=$(median <"$out/rss.txt")
 idle=$(median <"$out/idle.txt")
+wal_ratio=$(cut -f3 "$out/wal.txt" | median)
 growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
 ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
 say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
@@ -217,4 +231,4 @@ say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
 bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
 echo "RELAYS one_eps=$throughput three_eps=$three"
-echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth"
+echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio"

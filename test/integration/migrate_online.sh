@@ -4,8 +4,8 @@
 # writers commit; `migrate` of this version brings the table up to date under it; a relay
 # of this version takes over and the old one stops. Nothing lost, per-key order intact.
 # Also: five migrates at once (serialised), a relay of this version on the previous
-# schema, and what the newest migration promises (no infinite created_at in new rows, an
-# INSERT-only role can write events).
+# schema, and what the migrations promise (002: no infinite created_at in new rows, an
+# INSERT-only role can write events; 003: the mark's fillfactor).
 . "$(dirname "$0")/lib.sh"
 
 # ---- the previous version's relay, built from git
@@ -70,7 +70,7 @@ stop_relay new || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder across the rolling upgrade"
 log "rolling upgrade: $(count_status SENT) rows, none lost"
 
-# ---- what the newest migration promises
+# ---- what the migrations promise
 if psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
           VALUES ('order', 'x', 'E', '{}', 'infinity')" 2>"$WORK/inf.err"; then
     fail "a new row with created_at = infinity was accepted"
@@ -85,4 +85,6 @@ psqlc "DROP ROLE IF EXISTS mig_writer; CREATE ROLE mig_writer LOGIN; GRANT INSER
     fail "an INSERT-only role cannot write an event"
 psqlc "DROP OWNED BY mig_writer; DROP ROLE mig_writer"
 log "new rows with an infinite created_at refused; an INSERT-only role writes events"
+psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass" | grep -q "fillfactor=45" ||
+    fail "003: the table's fillfactor is not 45: $(psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass")"
 log "ok"
