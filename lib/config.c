@@ -188,6 +188,13 @@ static int check_policy(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+static int check_on_sent(const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0)
+        return set_err(err, errlen, "expected mark or delete, got '%s'", v);
+    return 0;
+}
+
 static int check_optional_topic(const char *v, char *err, size_t errlen)
 {
     if (v[0] == '\0')
@@ -264,6 +271,10 @@ static const struct setting settings[] = {
      "failures of a row published alone (errors that belong to the row) before it is parked"},
     {"OUTBOX_POISON_POLICY", "poison-policy", SETTING_STRING, OFF(poison_policy), "block", 0, 0,
      check_policy, "block: later rows of a parked row's key wait for requeue; skip: they flow"},
+    {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "mark", 0, 0, check_on_sent,
+     "mark: an acknowledged row becomes SENT (kept for OUTBOX_RETENTION; replay and audit use "
+     "it); delete: it is deleted at once, for the least WAL and no history (replay, audit and "
+     "purge refuse)"},
     {"OUTBOX_DEAD_LETTER_TOPIC", "dead-letter-topic", SETTING_STRING, OFF(dead_letter_topic), "",
      0, 0, check_optional_topic, "topic that also receives parked rows; empty disables"},
     {"OUTBOX_TOPIC_PAUSE_MS", "topic-pause-ms", SETTING_INT, OFF(topic_pause_ms), "30000", 100,
@@ -634,6 +645,13 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
         return set_err(err, errlen, "--until needs --since");
     if (strcmp(cfg->command, "audit") == 0 && (cfg->requeue_id || cfg->requeue_key || cfg->limit || cfg->dry_run))
         return set_err(err, errlen, "audit: only --since T, --until T and --json apply");
+    if (strcmp(cfg->on_sent, "delete") == 0 &&
+        (strcmp(cfg->command, "replay") == 0 || strcmp(cfg->command, "audit") == 0 ||
+         strcmp(cfg->command, "purge") == 0))
+        return set_err(err, errlen, "%s: OUTBOX_ON_SENT=delete keeps no SENT rows (each row is "
+                       "deleted once Kafka acknowledged it), so there is nothing to %s",
+                       cfg->command, strcmp(cfg->command, "replay") == 0 ? "publish again"
+                       : strcmp(cfg->command, "audit") == 0 ? "compare with Kafka" : "purge");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "

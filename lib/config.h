@@ -32,6 +32,7 @@ struct config {
     int ready_strict;
     int max_attempts;
     char *poison_policy;
+    char *on_sent;     /* "mark" (status SENT) or "delete" (the row is deleted once acknowledged) */
     char *dead_letter_topic;
     char *retention;
     int retention_seconds; /* parsed from retention; 0 disables */

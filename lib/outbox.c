@@ -91,15 +91,19 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     /* The mark also records the highest id this relay has claimed so far (rows in flight
      * included), for the duplicates estimate after a crash: one upsert of a small row per
      * mark, in the same statement, so no extra round trip or WAL flush. */
+    if (strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
+        strbuf_printf(&sb, "WITH m AS (DELETE FROM %s"
+                           "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),", t);
+    else
+        strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
+                           "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),", t);
     strbuf_printf(&sb,
-                  "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
-                  "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),"
                   " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
                   "  VALUES ($2, $3::int8)"
                   "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
                   "   updated_at = clock_timestamp()"
                   "  WHERE s.claimed_high < excluded.claimed_high)"
-                  " SELECT count(*) FROM m", t, schema_q, name);
+                  " SELECT count(*) FROM m", schema_q, name);
     sql->mark = sb.buf;
 
     strbuf_init(&sb);

@@ -5,7 +5,7 @@
 # so that kills hit rows in flight — Kafka is restarted
 # twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
 # once. Then every topic is consumed and compared with the table.
-#   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N]
+#   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]
 # Prints one final line:
 #   CHAOS committed=.. sent=.. delivered_unique=.. lost=.. duplicates=.. order_violations=.. kills=..
 # and exits non-zero if anything was lost or reordered, a row is left PENDING or FAILED, no
@@ -16,14 +16,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000
+events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark
 while [ $# -gt 0 ]; do
     case $1 in
     --events) events=$2; shift 2 ;;
     --kills) kills=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
-    *) echo "usage: $0 [--events N] [--kills K] [--keys N] [--clients N]" >&2; exit 2 ;;
+    --on-sent) on_sent=$2; shift 2 ;;
+    *) echo "usage: $0 [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]" >&2; exit 2 ;;
     esac
 done
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -56,6 +57,15 @@ psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 
        CREATE FUNCTION stall() RETURNS trigger LANGUAGE plpgsql AS \$\$
        BEGIN IF NEW.payload->>'stall' = 'true' THEN PERFORM pg_sleep(0.4); END IF; RETURN NEW; END \$\$;
        CREATE TRIGGER a_stall BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION stall();"
+# What was committed, for the comparison with Kafka: the table itself when marking; in
+# delete mode (acknowledged rows deleted) a trigger records every row written.
+psqlc "CREATE TABLE written (id bigint PRIMARY KEY, event_id uuid NOT NULL, aggregate_id text NOT NULL);
+       CREATE FUNCTION record_written() RETURNS trigger LANGUAGE plpgsql AS \$\$
+       BEGIN INSERT INTO written VALUES (NEW.id, NEW.event_id, NEW.aggregate_id); RETURN NULL; END \$\$;"
+[ "$on_sent" = delete ] &&
+    psqlc "CREATE TRIGGER b_record AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION record_written()"
+rows=outbox
+[ "$on_sent" = delete ] && rows=written
 # Writer rule: lock the aggregate, insert. 1% commit 0.3 s late; 0.5% stall in a BEFORE
 # trigger after drawing their id.
 cat >"$work/writer.sql" <<SQL
@@ -74,20 +84,22 @@ relay_pid=
 start_relay() {
     env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR= \
         OUTBOX_TOPIC_TEMPLATE="$topic_prefix.{aggregate_type}" OUTBOX_MAX_INFLIGHT=$inflight \
-        OUTBOX_POLL_INTERVAL_MS=100 OUTBOX_RETENTION=0 OUTBOX_RELAY_NAME=chaos \
+        OUTBOX_POLL_INTERVAL_MS=100 OUTBOX_RETENTION=0 OUTBOX_RELAY_NAME=chaos OUTBOX_ON_SENT="$on_sent" \
         "$RELAYTEST_RELAY_BIN" >>"$work/relay.log" 2>&1 &
     relay_pid=$!
 }
 
 writers() {
-    while [ "$(psqlc "SELECT count(*) FROM outbox" 2>/dev/null || echo 0)" -lt "$events" ]; do
+    while [ "$(psqlc "SELECT count(*) FROM $rows" 2>/dev/null || echo 0)" -lt "$events" ]; do
         "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$pg_port" -U postgres -c "$clients" -j 2 -T 3 \
             -f "$work/writer.sql" "$db" >>"$work/pgbench.log" 2>&1 || sleep 0.5
     done
 }
 
 bad_exits=0
-sent_count() { psqlc "SELECT count(*) FROM outbox WHERE status = 'SENT'" 2>/dev/null || echo -1; }
+sent_count() { # rows acknowledged: SENT, or (delete mode) written and gone
+    psqlc "SELECT (SELECT count(*) FROM $rows) - (SELECT count(*) FROM outbox WHERE status <> 'SENT')" 2>/dev/null || echo -1
+}
 # start_tracked: start_relay, remembering how much was SENT when it started
 start_tracked() { started_sent=$(sent_count); start_relay; }
 # reap STATUS: waits for the relay and checks its exit status
@@ -174,7 +186,7 @@ while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
     start_tracked
 done
 wait "$writer_pid"
-say "writers done: $(psqlc "SELECT count(*) FROM outbox") rows; $done_kills kills ($unpublished_kills before the relay had published since its start), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
+say "writers done: $(psqlc "SELECT count(*) FROM $rows") rows; $done_kills kills ($unpublished_kills before the relay had published since its start), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
 if ! kill -0 "$relay_pid" 2>/dev/null; then
     reap 137
     say "the last relay was dead"
@@ -185,10 +197,10 @@ until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] ||
 kill -TERM "$relay_pid" 2>/dev/null || true
 reap 0
 
-committed=$(psqlc "SELECT count(*) FROM outbox")
-sent=$(psqlc "SELECT count(*) FROM outbox WHERE status = 'SENT'")
+committed=$(psqlc "SELECT count(*) FROM $rows")
+sent=$(sent_count)
 left=$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")
-"$PG_BIN/psql" -X -At -F $'\t' "$dsn" -c "SELECT id, event_id, aggregate_id FROM outbox ORDER BY id" >"$work/expected.tsv"
+"$PG_BIN/psql" -X -At -F $'\t' "$dsn" -c "SELECT id, event_id, aggregate_id FROM $rows ORDER BY id" >"$work/expected.tsv"
 rc=0
 "$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
     >"$work/check.out" 2>"$work/check.err" || rc=$?
@@ -196,7 +208,7 @@ grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
 line=$(cat "$work/check.out")
 val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
 say "duplicates $(val duplicates); bound: $done_kills kills x OUTBOX_MAX_INFLIGHT $inflight = $((done_kills * inflight)) (plus resends around Kafka restarts)"
-echo "CHAOS committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
+echo "CHAOS on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
 if [ "$rc" != 0 ] || [ "$left" != 0 ] || [ "$(val lost)" != 0 ] || [ "$(val order_violations)" != 0 ] ||
    [ "$bad_exits" != 0 ] || { [ "$done_kills" -gt 0 ] && [ "$(val duplicates)" = 0 ]; }; then
     say "FAILED: check exit $rc, $left rows not SENT, $bad_exits unexpected relay exits, $(val duplicates) duplicates; relay log: $work/relay.log"

@@ -2,9 +2,11 @@
 # The short chaos run in CI: 20,000 events, 6 SIGKILLs (each after the relay published),
 # Kafka restarted twice, PostgreSQL (fsync on) killed with -m immediate once; duplicates
 # must show that kills hit rows in flight, and every relay exit is the one we caused.
+# RELAYTEST_ON_SENT=delete runs it with acknowledged rows deleted (chaos.sh --on-sent delete).
 . "$(dirname "$0")/lib.sh"
 rc=0
-bash "$RELAYTEST_SRC/test/chaos/chaos.sh" --events 20000 --kills 6 --keys 300 --clients 6 >"$WORK/chaos.out" || rc=$?
+bash "$RELAYTEST_SRC/test/chaos/chaos.sh" --events 20000 --kills 6 --keys 300 --clients 6 --on-sent "$ON_SENT" \
+    >"$WORK/chaos.out" || rc=$?
 cat "$WORK/chaos.out"
 [ "$rc" = 0 ] || fail "chaos run failed (exit $rc)"
 grep -q "^CHAOS .* lost=0 .* order_violations=0 kills=6 bad_exits=0$" "$WORK/chaos.out" || fail "chaos run failed"

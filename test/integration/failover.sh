@@ -36,6 +36,7 @@ synchronous_to "$PORT_A"
 ha_dsn() { echo "host=$(printf '127.0.0.1,%.0s' "$@" | sed 's/,$//') port=$(IFS=,; echo "$*") user=postgres dbname=$DB target_session_attrs=read-write connect_timeout=2"; }
 DSN=$(ha_dsn "$PORT_B" "$PORT_A")
 OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "migrate through the two-host DSN failed"; }
+outbox_all_view
 psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
 psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, 100) g"
 

@@ -64,6 +64,7 @@ log "in the image: $(cat "$WORK/version.out"); $(cat "$WORK/iv.out")"
     -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 in_image OUTBOX_PG_DSN="$DSN" -- migrate >"$WORK/migrate.log" 2>&1 || fail "migrate in the image: $(cat "$WORK/migrate.log")"
 [ "$(psqlc "SELECT count(*) FROM outbox")" = 0 ] || fail "no outbox table after migrate"
+outbox_all_view
 psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
 psqlc "DO \$\$ BEGIN
          IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_relay') THEN CREATE ROLE it_relay LOGIN; END IF;

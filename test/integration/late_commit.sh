@@ -48,12 +48,12 @@ for w in "$a" "$a2" "$b" "$b2" "$c" "$d"; do # one at a time: `wait a b` returns
     wait "$w" || fail "a late writer (pid $w) failed"
 done
 wait_until 30 "late rows SENT" all_sent
-late_ids=$(psqlc "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox WHERE payload ? 'case' OR payload ? 'stall'")
-max_before=$(psqlc "SELECT count(*) FROM outbox o WHERE o.payload ? 'stall' AND EXISTS (SELECT 1 FROM outbox h WHERE h.id > o.id AND h.sent_at < o.sent_at)")
+late_ids=$(psqlc "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox_all WHERE payload ? 'case' OR payload ? 'stall'")
+max_before=$(psqlc "SELECT count(*) FROM outbox_all o WHERE o.payload ? 'stall' AND EXISTS (SELECT 1 FROM outbox_all h WHERE h.id > o.id AND h.sent_at < o.sent_at)")
 log "late rows $late_ids; stalled row published after higher ids: $max_before"
 [ "$max_before" -ge 1 ] || fail "the stalled row was not overtaken by higher ids: scenario (b) did not happen"
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" --exact || fail "late commits lost or out of order"
-order=$(psqlc "SELECT string_agg(payload->>'who', '' ORDER BY id) FROM outbox WHERE payload->>'case' = 'c'")
+order=$(psqlc "SELECT string_agg(payload->>'who', '' ORDER BY id) FROM outbox_all WHERE payload->>'case' = 'c'")
 [ "$order" = DC ] || fail "case (c): expected D's row before C's in id order, got $order"
 log "ok"

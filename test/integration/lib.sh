@@ -56,6 +56,31 @@ setup_db() {
     grant_roles outbox
     psqlc "GRANT SELECT, UPDATE ON aggregate TO it_writer"
     RELAY_USER=it_relay WRITER_USER=it_writer
+    outbox_all_view
+}
+
+# OUTBOX_ON_SENT of the relays start_relay starts: RELAYTEST_ON_SENT=delete runs a test in
+# delete mode, where acknowledged rows are deleted. Tests read rows through the view
+# outbox_all: the table itself, and in delete mode also the rows deleted since (a trigger
+# keeps them in outbox_gone), shown as SENT at the time of their deletion — so check,
+# count_status and a test's own queries mean the same in both modes.
+ON_SENT=${RELAYTEST_ON_SENT:-mark}
+outbox_all_view() {
+    local cols="id, event_id, aggregate_type, aggregate_id, event_type, topic, payload, headers"
+    if [ "$ON_SENT" = delete ]; then
+        psqlc "CREATE TABLE outbox_gone (LIKE outbox);
+               ALTER TABLE outbox_gone ADD COLUMN gone_at timestamptz NOT NULL DEFAULT clock_timestamp();
+               CREATE FUNCTION outbox_keep_gone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+                 SET search_path = pg_catalog, public AS \$\$
+               BEGIN INSERT INTO outbox_gone SELECT OLD.*; RETURN NULL; END \$\$;
+               CREATE TRIGGER outbox_keep_gone AFTER DELETE ON outbox FOR EACH ROW EXECUTE FUNCTION outbox_keep_gone();
+               CREATE VIEW outbox_all AS
+                 SELECT $cols, status, attempts, last_error, created_at, sent_at, lease_partition FROM outbox
+                 UNION ALL
+                 SELECT $cols, 'SENT', attempts, last_error, created_at, gone_at, lease_partition FROM outbox_gone"
+    else
+        psqlc "CREATE VIEW outbox_all AS SELECT * FROM outbox"
+    fi
 }
 # grant_roles TABLE: deploy/roles.sql for public.TABLE, relay it_relay, writer it_writer.
 grant_roles() {
@@ -77,7 +102,7 @@ relay_env() {
         OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
         OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
-        OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}")
+        OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}" OUTBOX_ON_SENT="$ON_SENT")
 }
 
 # start_relay NAME [flags...]: runs the relay in the background, log in $WORK/relay-NAME.log
@@ -131,9 +156,9 @@ kill_relay() {
     wait "$pid" 2>/dev/null || true
 }
 
-count_status() { psqlc "SELECT count(*) FROM outbox WHERE status = '$1'"; }
+count_status() { psqlc "SELECT count(*) FROM outbox_all WHERE status = '$1'"; }
 # count_where CONDITION: outbox rows matching an SQL condition.
-count_where() { psqlc "SELECT count(*) FROM outbox WHERE $1"; }
+count_where() { psqlc "SELECT count(*) FROM outbox_all WHERE $1"; }
 # rows_at_least N CONDITION / rows_are N CONDITION: conditions for wait_until.
 rows_at_least() { [ "$(count_where "$2")" -ge "$1" ]; }
 rows_are() { [ "$(count_where "$2")" = "$1" ]; }
@@ -175,7 +200,7 @@ check() {
     local topics=$1
     shift
     "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
-        -c "SELECT id, event_id, aggregate_id FROM outbox WHERE ${CHECK_WHERE:-true} ORDER BY id" \
+        -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv"
     "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"

@@ -25,6 +25,7 @@ log "schema versions: previous $prev_version, this $this_version"
 "$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
     -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 OUTBOX_PG_DSN=$DSN "$PREV_BIN" migrate >"$WORK/migrate-prev.log" 2>&1 || { cat "$WORK/migrate-prev.log"; fail "previous migrate"; }
+outbox_all_view
 psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
 version() { psqlc "SELECT max(version) FROM outbox_relay_schema"; }
 [ "$(version)" = "$prev_version" ] || fail "table not at the previous version"

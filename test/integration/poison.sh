@@ -23,7 +23,7 @@ for n in 1 2 3 4; do
     fi
 done
 start_relay main >/dev/null
-poison_parked() { [ "$(count_status FAILED)" = 3 ] && [ "$(psqlc "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'ok-%' AND status <> 'SENT'")" = 0 ]; }
+poison_parked() { [ "$(count_status FAILED)" = 3 ] && [ "$(psqlc "SELECT count(*) FROM outbox_all WHERE aggregate_id LIKE 'ok-%' AND status <> 'SENT'")" = 0 ]; }
 wait_until 90 "3 poison rows parked and healthy keys SENT" poison_parked
 err_of() { psqlc "SELECT last_error FROM outbox WHERE aggregate_id = '$1' AND status = 'FAILED'"; }
 log "size:    $(err_of p-size)"
@@ -35,7 +35,7 @@ err_of p-headers | grep -q "not a string" || fail "p-headers: unclear last_error
 [ "$(psqlc "SELECT attempts FROM outbox WHERE aggregate_id = 'p-size' AND status = 'FAILED'")" = 2 ] ||
     fail "p-size parked after $(psqlc "SELECT attempts FROM outbox WHERE aggregate_id = 'p-size' AND status = 'FAILED'") attempts, want OUTBOX_MAX_ATTEMPTS=2"
 for k in p-size p-topic p-headers; do
-    got=$(psqlc "SELECT string_agg(event_type || ':' || status, ' ' ORDER BY id) FROM outbox WHERE aggregate_id = '$k'")
+    got=$(psqlc "SELECT string_agg(event_type || ':' || status, ' ' ORDER BY id) FROM outbox_all WHERE aggregate_id = '$k'")
     [ "$got" = "E1:SENT E2:FAILED E3:PENDING E4:PENDING" ] || fail "$k: later rows did not wait: $got"
 done
 sleep 2
@@ -62,7 +62,7 @@ out=$("$RELAYTEST_RELAY_BIN" requeue --all --json --pg-dsn "$DSN")
 wait_until 60 "requeued keys flow" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder after requeue"
-"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox WHERE event_type = 'E2' AND aggregate_id LIKE 'p-%'" >"$WORK/dlq.tsv"
+"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE event_type = 'E2' AND aggregate_id LIKE 'p-%'" >"$WORK/dlq.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$dlq" --expected "$WORK/dlq.tsv" --no-partition-check \
     >"$WORK/dlq.out" 2>&1 || { cat "$WORK/dlq.out"; fail "dead-letter topic does not hold the 3 parked rows"; }
 log "dead letters: $(cat "$WORK/dlq.out" | grep CHECK)"

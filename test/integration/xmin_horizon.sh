@@ -22,6 +22,7 @@ pg_env start "$HA/b" "$PORT_B"
 
 DSN="host=127.0.0.1 port=$PORT_A user=postgres dbname=$DB"
 OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "migrate failed"; }
+outbox_all_view
 RELAY_ENV=(OUTBOX_PG_DSN="$DSN" OUTBOX_LONG_TRANSACTION_SECONDS=3)
 start_relay main >/dev/null
 events() {

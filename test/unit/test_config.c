@@ -183,6 +183,27 @@ static void test_command_args(void)
     is_int(load(&cfg, env, replay_until, err, sizeof(err)), -1, "replay --until without --since refused");
     ok(strstr(err, "--until needs --since") != NULL, "replay says --until needs --since: %s", err);
     config_destroy(&cfg);
+    /* delete mode keeps no SENT rows: the commands that need them refuse, naming the setting */
+    char *del_env[] = {"OUTBOX_ON_SENT=delete", NULL};
+    char *replay_key[] = {"outbox-relay", "replay", "--key", "k", NULL};
+    char *audit_all[] = {"outbox-relay", "audit", NULL};
+    char *purge[] = {"outbox-relay", "purge", NULL};
+    char *run[] = {"outbox-relay", NULL};
+    is_int(load(&cfg, del_env, replay_key, err, sizeof(err)), -1, "replay refused in delete mode");
+    ok(strstr(err, "OUTBOX_ON_SENT=delete keeps no SENT rows") != NULL, "replay names the setting: %s", err);
+    config_destroy(&cfg);
+    is_int(load(&cfg, del_env, audit_all, err, sizeof(err)), -1, "audit refused in delete mode");
+    config_destroy(&cfg);
+    is_int(load(&cfg, del_env, purge, err, sizeof(err)), -1, "purge refused in delete mode");
+    config_destroy(&cfg);
+    is_int(load(&cfg, del_env, run, err, sizeof(err)), 0, "the relay runs in delete mode: %s", err);
+    is_str(cfg.on_sent, "delete", "on_sent parsed");
+    config_destroy(&cfg);
+    char *bad_env[] = {"OUTBOX_ON_SENT=drop", NULL};
+    is_int(load(&cfg, bad_env, run, err, sizeof(err)), -1, "OUTBOX_ON_SENT=drop refused");
+    ok(strstr(err, "OUTBOX_ON_SENT") != NULL && strstr(err, "expected mark or delete") != NULL,
+       "names the setting and its values: %s", err);
+    config_destroy(&cfg);
 }
 
 int main(void)
