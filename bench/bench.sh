@@ -8,20 +8,22 @@
 #   5. cost        relay CPU per event, peak RSS with the backlog, CPU while idle
 #   6. growth      drain throughput over the first vs the last 10% of events through one table
 # Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller.
-#   bench/bench.sh [--quick] [--out DIR]
+#   bench/bench.sh [--quick] [--out DIR] [--on-sent mark|delete]   (the relay's OUTBOX_ON_SENT;
+#   the drain is judged against the ceiling of the same statement: mark, or delete)
 # The last line is:
 #   RESULT ceiling_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
-#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=.. wal_ratio=..
+#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=.. wal_ratio=.. on_sent=..
 # (wal_ratio: WAL the relay writes per event while draining / WAL of the writer's insert)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-quick=0 out=""
+quick=0 out="" on_sent=mark
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1; shift ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--quick] [--out DIR]" >&2; exit 2 ;;
+    --on-sent) on_sent=$2; shift 2 ;;
+    *) echo "usage: $0 [--quick] [--out DIR] [--on-sent mark|delete]" >&2; exit 2 ;;
     esac
 done
 if [ $quick = 1 ]; then
@@ -64,6 +66,7 @@ relay_pid=
 start_relay() { # [port] [name]
     env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR="127.0.0.1:${1:-$http_port}" \
         OUTBOX_TOPIC_TEMPLATE="bench.{aggregate_type}" OUTBOX_LOG_LEVEL=warn OUTBOX_RELAY_NAME="${2:-bench}" \
+        OUTBOX_ON_SENT="$on_sent" \
         "$relay_bin" >>"$out/relay.log" 2>&1 &
     relay_pid=$!
     local port=${1:-$http_port}
@@ -225,10 +228,12 @@ rss=$(median <"$out/rss.txt")
 idle=$(median <"$out/idle.txt")
 wal_ratio=$(cut -f3 "$out/wal.txt" | median)
 growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
+# the drain against the ceiling of its own statement (mark, or delete)
+[ "$on_sent" = delete ] && ceiling=$ceiling_delete
 ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
 say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
 say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
 bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
 echo "RELAYS one_eps=$throughput three_eps=$three"
-echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio"
+echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio on_sent=$on_sent"

@@ -7,18 +7,21 @@
 --   relay   the relay's runtime role: reads and marks rows, writes its own bookkeeping,
 --           and sees every session's transactions (pg_read_all_stats) so that it can name
 --           a long transaction of another role;
---   writer  the application: INSERT on the outbox table and nothing else (the doorbell
---           trigger runs with its owner's rights).
+--   writer  the application: INSERT on the outbox table, or EXECUTE on <table>_enqueue
+--           (the writers' function), and nothing else (the doorbell trigger and the
+--           function run with their owner's rights).
 -- Row-level security on the outbox table would hide rows from the relay: it refuses to
 -- start unless its role bypasses it.
 \set ON_ERROR_STOP on
 \set doorbell :table '_doorbell'
 \set relay_state :table '_relay_state'
 \set lease_log :table '_lease_log'
+\set enqueue :table '_enqueue'
 
 GRANT USAGE ON SCHEMA :"schema" TO :"relay", :"writer";
 
 GRANT INSERT ON :"schema".:"table" TO :"writer";
+GRANT EXECUTE ON FUNCTION :"schema".:"enqueue"(text, text, text, jsonb, jsonb, uuid, text, text, text) TO :"writer";
 
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";

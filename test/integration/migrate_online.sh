@@ -5,7 +5,8 @@
 # of this version takes over and the old one stops. Nothing lost, per-key order intact.
 # Also: five migrates at once (serialised), a relay of this version on the previous
 # schema, and what the migrations promise (002: no infinite created_at in new rows, an
-# INSERT-only role can write events; 003: the mark's fillfactor).
+# INSERT-only role can write events; 003: the mark's fillfactor; 004: outbox_enqueue, which
+# no role may call unless granted).
 . "$(dirname "$0")/lib.sh"
 
 # ---- the previous version's relay, built from git
@@ -91,4 +92,8 @@ psqlc "DROP OWNED BY mig_writer; DROP ROLE mig_writer"
 log "new rows with an infinite created_at refused; an INSERT-only role writes events"
 psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass" | grep -q "fillfactor=45" ||
     fail "003: the table's fillfactor is not 45: $(psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass")"
+psqlc "DROP ROLE IF EXISTS mig_nobody; CREATE ROLE mig_nobody"
+[ "$(psqlc "SELECT has_function_privilege('mig_nobody', 'outbox_enqueue(text, text, text, jsonb, jsonb, uuid, text, text, text)', 'EXECUTE')")" = f ] ||
+    fail "004: any role may call outbox_enqueue"
+psqlc "DROP ROLE mig_nobody"
 log "ok"
