@@ -4,6 +4,8 @@
  * at the host after the one that did not answer. */
 #include "pgconn.h"
 
+#include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -594,3 +596,83 @@ PGconn *pgconn_connect_blocking(const char *dsn, const char *application, int pi
     }
     return conn;
 }
+
+/* pg_backend_pid() of conn's current backend, or -1 */
+static long backend_pid(PGconn *conn, const char *sql)
+{
+    PGresult *res = PQexec(conn, sql);
+    long pid = -1;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return pid;
+}
+
+/* A quiet connection for the session check: 3 s at most, nothing logged (the relay reports
+ * its own connection problems). NULL when it did not connect. */
+static PGconn *connect_quiet(const char *dsn)
+{
+    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", "target_session_attrs", NULL};
+    const char *vals[] = {"outbox-relay", "3", dsn, "read-write", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(conn) == CONNECTION_OK)
+        return conn;
+    PQfinish(conn);
+    return NULL;
+}
+
+int pgconn_check_session(const char *dsn, char *why, size_t whylen)
+{
+    PGconn *a = connect_quiet(dsn);
+    PGconn *b = a ? connect_quiet(dsn) : NULL;
+    int rc = -1;
+    long p1 = -1, p2 = -1, p3 = -1;
+    int waited = 0;
+    if (!a || !b)
+        goto out;
+    p1 = backend_pid(a, "SELECT pg_backend_pid()");
+    p2 = backend_pid(b, "BEGIN; SELECT pg_backend_pid()");
+    if (p1 < 0 || p2 < 0 || !PQsendQuery(a, "SELECT pg_backend_pid()"))
+        goto out;
+    /* a real session answers at once; a pooled one may wait for the backend b holds */
+    int64_t deadline = mono_ms() + 3000;
+    while (PQisBusy(a)) {
+        int64_t left = deadline - mono_ms();
+        struct pollfd pfd = {.fd = PQsocket(a), .events = POLLIN};
+        if (left <= 0 || poll(&pfd, 1, (int)left) == 0) {
+            waited = 1;
+            break;
+        }
+        if (!PQconsumeInput(a))
+            goto out;
+    }
+    PQclear(PQexec(b, "ROLLBACK")); /* frees the backend a may be waiting for */
+    if (waited) {
+        set_err(why, whylen, "a second connection's open transaction kept the first one's next "
+                "statement waiting for 3 s");
+        rc = 0;
+        goto out;
+    }
+    PGresult *res;
+    while ((res = PQgetResult(a)) != NULL) {
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+            p3 = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+    }
+    if (p3 < 0)
+        goto out;
+    if (p3 != p1) {
+        set_err(why, whylen, "one connection's statements ran in two server sessions (pids %ld and %ld)",
+                p1, p3);
+        rc = 0;
+    } else {
+        rc = 1;
+    }
+out:
+    if (b)
+        PQfinish(b);
+    if (a)
+        PQfinish(a);
+    return rc;
+}
+

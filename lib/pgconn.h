@@ -63,4 +63,11 @@ PGconn *pgconn_connect_blocking(const char *dsn, const char *application, int pi
 PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       char *err, size_t errlen);
 
+/* Whether dsn leads to a real session, as LISTEN and session advisory locks need, or to a
+ * pooler in transaction or statement mode (PgBouncer and the like): one connection reads
+ * its backend's pid, a second holds a transaction open, the first asks again — a pooled
+ * "session" answers from another backend, or waits for the one the transaction holds.
+ * 1 a real session, 0 pooled (why says what was seen), -1 not known (unreachable). */
+int pgconn_check_session(const char *dsn, char *why, size_t whylen);
+
 #endif

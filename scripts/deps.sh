@@ -9,7 +9,7 @@ packages=(
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
     valgrind curl jq prometheus clang libclang-rt-14-dev cppcheck
-    buildah mmdebstrap python3-venv
+    buildah mmdebstrap python3-venv pgbouncer
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 

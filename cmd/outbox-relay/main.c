@@ -34,6 +34,18 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 static int run(const struct config *cfg)
 {
+    /* LISTEN and the leases' session advisory locks need a real session: behind a pooler
+     * in transaction or statement mode they would silently stop working. (Not known when
+     * PostgreSQL is unreachable now: the relay then starts and reconnects as always.) */
+    char why[256];
+    if (pgconn_check_session(cfg->pg_dsn, why, sizeof(why)) == 0) {
+        log_error("OUTBOX_PG_DSN leads to a connection pooler in transaction or statement mode "
+                  "(%s): the relay needs one PostgreSQL session per connection for LISTEN and "
+                  "its leases' advisory locks. Point OUTBOX_PG_DSN at PostgreSQL itself, or at "
+                  "a pool in session mode (PgBouncer: pool_mode = session); writers may stay "
+                  "on the transaction pool", why);
+        return 2;
+    }
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     char err[1024];
     struct relay *relay = relay_new(loop, cfg, err, sizeof(err));
