@@ -7,7 +7,7 @@
 #   deploy/image.sh [--tag NAME:VERSION]
 # Needs root, buildah and mmdebstrap (scripts/deps.sh installs them with
 # RELAYTEST_EXTRA_PACKAGES="buildah mmdebstrap"). Storage: vfs under
-# ${OUTBOX_IMAGE_STORE:-/var/lib/containers/storage}; isolation: chroot.
+# ${IMAGE_STORAGE_ROOT:-/var/lib/containers/storage}; isolation: chroot.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 version=$(sed -n "s/^  version : '\(.*\)',$/\1/p" "$src/meson.build")
@@ -15,7 +15,7 @@ tag=outbox-relay:$version
 [ "${1:-}" = --tag ] && tag=$2
 say() { printf '# [%s image] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 export BUILDAH_ISOLATION=chroot STORAGE_DRIVER=vfs
-bh() { buildah --storage-driver vfs --root "${OUTBOX_IMAGE_STORE:-/var/lib/containers/storage}" "$@"; }
+bh() { buildah --storage-driver vfs --root "${IMAGE_STORAGE_ROOT:-/var/lib/containers/storage}" "$@"; }
 
 base=docker.io/library/debian:12
 if ! bh inspect --type image "$base" >/dev/null 2>&1; then

@@ -521,9 +521,29 @@ static void set_defaults(struct config *cfg)
     cfg->command = xstrdup("run");
 }
 
+/* The log format asked for, applied before the settings are read, so that the warnings
+ * given while reading them (an unknown variable, a service link) are already in it. */
+static void early_log_format(char **envp, int argc, char **argv)
+{
+    const char *v = NULL;
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, "OUTBOX_LOG_FORMAT=", 18) == 0)
+            v = *e + 18;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--log-format") == 0 && i + 1 < argc)
+            v = argv[i + 1];
+        else if (strncmp(argv[i], "--log-format=", 13) == 0)
+            v = argv[i] + 13;
+    }
+    enum log_format format;
+    if (v && log_format_parse(v, &format) == 0)
+        log_setup(LOG_INFO, format);
+}
+
 int config_load(struct config *cfg, char **envp, int argc, char **argv, char *err, size_t errlen)
 {
     set_defaults(cfg);
+    early_log_format(envp, argc, argv);
 
     for (char **e = envp; e && *e; e++)
         if (load_env_var(cfg, *e, err, errlen) != 0)

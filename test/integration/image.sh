@@ -11,7 +11,7 @@ bash "$RELAYTEST_SRC/deploy/image.sh" >"$WORK/image.out" 2>"$WORK/image.err" ||
 cat "$WORK/image.out"
 tag=$(awk '/^IMAGE / { print $2 }' "$WORK/image.out")
 [ -n "$tag" ] || fail "deploy/image.sh printed no IMAGE line"
-bh() { buildah --storage-driver vfs --root "${OUTBOX_IMAGE_STORE:-/var/lib/containers/storage}" "$@"; }
+bh() { buildah --storage-driver vfs --root "${IMAGE_STORAGE_ROOT:-/var/lib/containers/storage}" "$@"; }
 
 bh inspect --type image "$tag" >"$WORK/inspect.json"
 user=$(jq -r '.OCIv1.config.User' "$WORK/inspect.json")

@@ -4,7 +4,8 @@
 #   OUTBOX_TABLE schema-qualified and mixed-case (Sales.OrderEvents), migrated, granted
 #     with deploy/roles.sql, relayed and checked;
 #   OUTBOX_POISON_POLICY=skip: a parked row's key keeps flowing; with OUTBOX_LOG_FORMAT=json
-#     every log line is one JSON object;
+#     every log line is one JSON object (also the warnings about the environment, given
+#     before the settings are all read: an unknown OUTBOX_ variable here);
 #   the doorbell on (a row after idling is published long before the 5 s poll) and off
 #     (OUTBOX_NOTIFY_CHANNEL empty: no LISTEN session, rows found by polling);
 #   OUTBOX_READY_STRICT: with Kafka unreachable /readyz is 503 with 1 and 200 with 0;
@@ -59,7 +60,7 @@ log "Sales.OrderEvents: $(cat "$WORK/check-mixed.out")"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', 'p1', 'Bad', '{}', '[1]')"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', CASE WHEN g <= 5 THEN 'p1' ELSE 'q' || g END, 'After', '{}' FROM generate_series(1, 20) g"
-RELAY_ENV=(OUTBOX_POISON_POLICY=skip OUTBOX_LOG_FORMAT=json)
+RELAY_ENV=(OUTBOX_POISON_POLICY=skip OUTBOX_LOG_FORMAT=json OUTBOX_NOT_A_SETTING=1)
 start_relay skip >/dev/null
 wait_until 30 "the bad row parked" rows_are 1 "status = 'FAILED'"
 wait_until 30 "the parked key's later rows SENT (skip)" rows_are 5 "aggregate_id = 'p1' AND status = 'SENT'"
