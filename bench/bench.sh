@@ -7,7 +7,8 @@
 #   4. writers     writer tps (8 clients, one outbox row per transaction) with vs without relay
 #   5. cost        relay CPU per event, peak RSS with the backlog, CPU while idle
 #   6. growth      drain throughput over the first vs the last 10% of events through one table
-# Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller.
+# Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller; --smoke
+# (what CI runs) once and smaller still: its figures only show that every stage works.
 #   bench/bench.sh [--quick] [--out DIR] [--on-sent mark|delete]   (the relay's OUTBOX_ON_SENT;
 #   the drain is judged against the ceiling of the same statement: mark, or delete)
 # The last line is:
@@ -21,12 +22,15 @@ quick=0 out="" on_sent=mark
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1; shift ;;
+    --smoke) quick=2; shift ;;
     --out) out=$2; shift 2 ;;
     --on-sent) on_sent=$2; shift 2 ;;
-    *) echo "usage: $0 [--quick] [--out DIR] [--on-sent mark|delete]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick | --smoke] [--out DIR] [--on-sent mark|delete]" >&2; exit 2 ;;
     esac
 done
-if [ $quick = 1 ]; then
+if [ $quick = 2 ]; then # CI's smoke run: every stage once, small
+    N=50000 GROWTH=50000 LAT_S=10 WRITER_S=5 IDLE_S=5 REPEATS=1
+elif [ $quick = 1 ]; then
     N=100000 GROWTH=150000 LAT_S=15 WRITER_S=8 IDLE_S=10 REPEATS=1
 else
     N=1000000 GROWTH=3000000 LAT_S=60 WRITER_S=20 IDLE_S=60 REPEATS=3

@@ -6,7 +6,7 @@
 #   2. runs the C unit tests and a small integration subset under valgrind memcheck;
 #   3. runs cppcheck;
 #   4. replays the fuzz regression seeds and fuzzes each libFuzzer target briefly;
-#   5. runs the benchmark's quick mode (figures printed, not asserted);
+#   5. runs the benchmark's smoke mode (every stage once, small; figures printed, not asserted);
 # and prints "N passed, N failed". Exits non-zero on any failure.
 #   scripts/test.sh                      everything
 #   scripts/test.sh [meson test args]    only stage 1, e.g. --suite unit, or a test name
@@ -83,8 +83,8 @@ if [ $# -eq 0 ]; then
 fi
 
 if [ $# -eq 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
-    echo "== stage 5: benchmark, quick mode (figures printed, not asserted)"
-    if bash bench/bench.sh --quick 2>&1 | tee /tmp/outbox-bench-quick.$$ | grep -E '^(RESULT|RELAYS|CEILING|LATENCY|commit)|bench\]'; then
+    echo "== stage 5: benchmark, smoke mode (figures printed, not asserted)"
+    if bash bench/bench.sh --smoke 2>&1 | tee /tmp/outbox-bench-quick.$$ | grep -E '^(RESULT|RELAYS|CEILING|LATENCY|commit)|bench\]'; then
         grep -q '^RESULT ' /tmp/outbox-bench-quick.$$ && passed=$((passed + 1)) || failed=$((failed + 1))
     else
         echo "benchmark: FAILED"; tail -20 /tmp/outbox-bench-quick.$$
