@@ -34,7 +34,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct config cfg = {.table = "public.outbox", .topic_template = "outbox.event.{aggregate_type}",
-                         .poison_policy = "block"};
+                         .poison_policy = "block", .on_sent = "mark"};
     struct outbox_sql sql;
     outbox_sql_init(&sql, &cfg);
     char limit[16];

@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             message_destroy(&msg);
         }
         struct config cfg = {.table = "public.outbox", .topic_template = (char *)tmpl,
-                             .poison_policy = "block"};
+                             .poison_policy = "block", .on_sent = "mark"};
         struct outbox_sql sql;
         outbox_sql_init(&sql, &cfg);
         size_t quotes = 0;

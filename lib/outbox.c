@@ -91,7 +91,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     /* The mark also records the highest id this relay has claimed so far (rows in flight
      * included), for the duplicates estimate after a crash: one upsert of a small row per
      * mark, in the same statement, so no extra round trip or WAL flush. */
-    if (strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
+    if (cfg->on_sent && strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
         strbuf_printf(&sb, "WITH m AS (DELETE FROM %s"
                            "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),", t);
     else
