@@ -233,9 +233,9 @@ idle=$(median <"$out/idle.txt")
 wal_ratio=$(cut -f3 "$out/wal.txt" | median)
 growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
 # the drain against the ceiling of its own statement (mark, or delete)
+say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
 [ "$on_sent" = delete ] && ceiling=$ceiling_delete
 ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
-say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
 say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
 bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
