@@ -122,6 +122,23 @@ out:
     return status;
 }
 
+int http_healthcheck(const char *addr, const char *setting)
+{
+    if (!addr[0]) {
+        log_error("healthcheck: %s is empty, so there is no /healthz to ask", setting);
+        return 2;
+    }
+    char err[512];
+    int status = http_probe(addr, "/healthz", 3000, err, sizeof(err));
+    if (status == 200)
+        return 0;
+    if (status < 0)
+        log_error("healthcheck: %s", err);
+    else
+        log_error("healthcheck: /healthz answered %d", status);
+    return 1;
+}
+
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,
                              const char *body)
 {

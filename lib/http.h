@@ -24,4 +24,9 @@ int http_parse_addr(const char *addr, char *host, size_t hostlen, int *port);
  * status, or -1 with err when nothing answered. */
 int http_probe(const char *addr, const char *path, int timeout_ms, char *err, size_t errlen);
 
+/* The programs' `healthcheck` command: asks /healthz at addr (the value of the setting
+ * named `setting`, for the messages) and returns the exit status: 0 healthy, 1 not (logged),
+ * 2 no endpoint configured. */
+int http_healthcheck(const char *addr, const char *setting);
+
 #endif

@@ -62,23 +62,6 @@ static int migrate(const struct inbox_config *cfg)
     return 0;
 }
 
-/* The image's health check (no curl in it): 0 when this consumer's /healthz answers 200. */
-static int healthcheck(const struct inbox_config *cfg)
-{
-    if (!cfg->http_addr[0]) {
-        log_error("healthcheck: INBOX_HTTP_ADDR is empty, so there is no /healthz to ask");
-        return 2;
-    }
-    char err[512];
-    int status = http_probe(cfg->http_addr, "/healthz", 3000, err, sizeof(err));
-    if (status == 200)
-        return 0;
-    if (status < 0)
-        log_error("healthcheck: %s", err);
-    else
-        log_error("healthcheck: /healthz answered %d", status);
-    return 1;
-}
 
 int main(int argc, char **argv)
 {
@@ -103,7 +86,7 @@ int main(int argc, char **argv)
         } else if (strcmp(cfg.command, "migrate") == 0) {
             code = migrate(&cfg);
         } else if (strcmp(cfg.command, "healthcheck") == 0) {
-            code = healthcheck(&cfg);
+            code = http_healthcheck(cfg.http_addr, "INBOX_HTTP_ADDR");
         } else {
             struct sigaction sa;
             memset(&sa, 0, sizeof(sa));

@@ -25,6 +25,15 @@
 
 extern char **environ;
 
+/* A stop asked for while the relay starts, before the loop's watchers exist (main sets
+ * this handler first thing for `run`): the relay starts and shuts down at once. */
+static volatile sig_atomic_t early_signal;
+
+static void on_early_signal(int sig)
+{
+    early_signal = sig;
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     (void)loop;
@@ -34,18 +43,6 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 static int run(const struct config *cfg)
 {
-    /* LISTEN and the leases' session advisory locks need a real session: behind a pooler
-     * in transaction or statement mode they would silently stop working. (Not known when
-     * PostgreSQL is unreachable now: the relay then starts and reconnects as always.) */
-    char why[256];
-    if (pgconn_check_session(cfg->pg_dsn, why, sizeof(why)) == 0) {
-        log_error("OUTBOX_PG_DSN leads to a connection pooler in transaction or statement mode "
-                  "(%s): the relay needs one PostgreSQL session per connection for LISTEN and "
-                  "its leases' advisory locks. Point OUTBOX_PG_DSN at PostgreSQL itself, or at "
-                  "a pool in session mode (PgBouncer: pool_mode = session); writers may stay "
-                  "on the transaction pool", why);
-        return 2;
-    }
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     char err[1024];
     struct relay *relay = relay_new(loop, cfg, err, sizeof(err));
@@ -61,14 +58,32 @@ static int run(const struct config *cfg)
     ev_signal_start(loop, &sigint);
     signal(SIGPIPE, SIG_IGN);
 
+    /* LISTEN and the leases' session advisory locks need a real session: behind a pooler
+     * in transaction or statement mode they would silently stop working. (Not known when
+     * PostgreSQL is unreachable now: the relay then starts and reconnects as always.) A
+     * signal during the check is held by the watchers above and handled once the loop runs. */
+    char why[256];
+    int code = 0;
+    if (pgconn_check_session(cfg->pg_dsn, why, sizeof(why)) == 0) {
+        log_error("OUTBOX_PG_DSN leads to a connection pooler in transaction or statement mode "
+                  "(%s): the relay needs one PostgreSQL session per connection for LISTEN and "
+                  "its leases' advisory locks. Point OUTBOX_PG_DSN at PostgreSQL itself, or at "
+                  "a pool in session mode (PgBouncer: pool_mode = session); writers may stay "
+                  "on the transaction pool", why);
+        code = 2;
+        goto out;
+    }
     relay_start(relay);
+    if (early_signal) /* SIGTERM or SIGINT before the watchers were in place */
+        relay_shutdown(relay);
     ev_run(loop, 0);
 
-    int code = relay_exit_code(relay);
+    code = relay_exit_code(relay);
     const struct metrics *m = relay_metrics(relay);
     log_info("relay stopped: %llu rows published, %llu marked SENT, %llu parked",
              (unsigned long long)m->published_total, (unsigned long long)m->marked_total,
              (unsigned long long)m->parked_total);
+out:
     ev_signal_stop(loop, &sigterm);
     ev_signal_stop(loop, &sigint);
     relay_free(relay);
@@ -146,23 +161,6 @@ static int audit(const struct config *cfg)
     return rc;
 }
 
-/* The image's health check (no curl in it): 0 when this container's /healthz answers 200. */
-static int healthcheck(const struct config *cfg)
-{
-    if (!cfg->http_addr[0]) {
-        log_error("healthcheck: OUTBOX_HTTP_ADDR is empty, so there is no /healthz to ask");
-        return 2;
-    }
-    char err[512];
-    int status = http_probe(cfg->http_addr, "/healthz", 3000, err, sizeof(err));
-    if (status == 200)
-        return 0;
-    if (status < 0)
-        log_error("healthcheck: %s", err);
-    else
-        log_error("healthcheck: /healthz answered %d", status);
-    return 1;
-}
 
 /* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
 static int check_config(const struct config *cfg)
@@ -206,11 +204,17 @@ int main(int argc, char **argv)
         else if (strcmp(cfg.command, "audit") == 0)
             code = audit(&cfg);
         else if (strcmp(cfg.command, "healthcheck") == 0)
-            code = healthcheck(&cfg);
+            code = http_healthcheck(cfg.http_addr, "OUTBOX_HTTP_ADDR");
         else if (strcmp(cfg.command, "run") != 0)
             code = admin(&cfg);
-        else
+        else {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof(sa));
+            sa.sa_handler = on_early_signal;
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGINT, &sa, NULL);
             code = run(&cfg);
+        }
     }
     config_destroy(&cfg);
     return code;

@@ -32,21 +32,15 @@ done
 log "image $tag: user $user, entry point $entry, $(find "$root" -type f | wc -l) files, no shell"
 
 # image_cmd ENV... -- ARGS: sets IMG_CMD to run the entry point (or --entrypoint PATH) as
-# the image's user in a private mount namespace — the image's root bound read-only, /dev and
-# /proc — exec'd all the way down, so `"${IMG_CMD[@]}" &` makes $! the program itself
+# the image's user with the image's root read-only (test/env/image-run.sh), exec'd all the
+# way down, so `"${IMG_CMD[@]}" &` makes $! the program itself
 image_cmd() {
     local envs=() prog=/usr/local/bin/outbox-relay
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
     [ "${1:-}" = --entrypoint ] && { prog=$2; shift 2; }
-    IMG_CMD=(env -i "${envs[@]}" unshare --mount --propagation private sh -c '
-        set -e
-        mnt=$1; root=$2; shift 2
-        mount --bind "$root" "$mnt"
-        mount -o remount,bind,ro "$mnt"
-        mount --rbind /dev "$mnt/dev"
-        mount -t proc proc "$mnt/proc"
-        exec chroot --userspec=10001:10001 "$mnt" "$@"' sh "$WORK/mnt" "$root" "$prog" "$@")
+    IMG_CMD=(env -i "${envs[@]}" unshare --mount --propagation private
+        sh "$RELAYTEST_SRC/test/env/image-run.sh" "$WORK/mnt" "$root" "$prog" "$@")
 }
 in_image() { image_cmd "$@"; "${IMG_CMD[@]}"; }
 mkdir -p "$WORK/mnt"

@@ -88,9 +88,12 @@ grant_roles() {
         -f "$RELAYTEST_SRC/deploy/roles.sql" >/dev/null || fail "deploy/roles.sql failed for $1"
 }
 
+# port_open PORT: something listens on 127.0.0.1:PORT (a condition for wait_until)
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
 free_port() {
     local p=$((22000 + RANDOM % 10000)) # below the ephemeral port range
-    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
+    while port_open "$p"; do p=$((p + 1)); done
     echo "$p"
 }
 

@@ -34,7 +34,7 @@ INI
     local as=()
     [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
     "${as[@]}" /usr/sbin/pgbouncer -d "$B/$1.ini" || fail "pgbouncer ($1) did not start"
-    wait_until 10 "pgbouncer listening" bash -c "exec 3<>/dev/tcp/127.0.0.1/$bouncer_port" 2>/dev/null
+    wait_until 10 "pgbouncer listening" port_open "$bouncer_port"
 }
 stop_bouncer() { [ -f "$B/$1.pid" ] && kill "$(cat "$B/$1.pid")" 2>/dev/null; sleep 0.5; }
 trap 'stop_bouncer transaction; stop_bouncer session; cleanup' EXIT

@@ -49,7 +49,7 @@ PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$owner" -v sche
 # log in with SCRAM to Kafka 4.x brokers (a librdkafka bug fixed in 2.6.1; README "Secure
 # connections"), which the relay's message for a refused login says.
 kport=$(free_port)
-while (exec 3<>"/dev/tcp/127.0.0.1/$((kport + 2))") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$((kport + 3))") 2>/dev/null; do
+while port_open $((kport + 2)) || port_open $((kport + 3)); do
     kport=$(free_port)
 done
 printf '%s\n' "$kafka_secret" >"$secrets/kafka-password"
