@@ -525,19 +525,14 @@ static void set_defaults(struct config *cfg)
  * given while reading them (an unknown variable, a service link) are already in it. */
 static void early_log_format(char **envp, int argc, char **argv)
 {
-    const char *v = NULL;
-    for (char **e = envp; e && *e; e++)
-        if (strncmp(*e, "OUTBOX_LOG_FORMAT=", 18) == 0)
-            v = *e + 18;
+    const char *flag = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--log-format") == 0 && i + 1 < argc)
-            v = argv[i + 1];
+            flag = argv[i + 1];
         else if (strncmp(argv[i], "--log-format=", 13) == 0)
-            v = argv[i] + 13;
+            flag = argv[i] + 13;
     }
-    enum log_format format;
-    if (v && log_format_parse(v, &format) == 0)
-        log_setup(LOG_INFO, format);
+    log_format_early(envp, "OUTBOX_LOG_FORMAT", flag);
 }
 
 int config_load(struct config *cfg, char **envp, int argc, char **argv, char *err, size_t errlen)

@@ -141,3 +141,14 @@ void log_msg(enum log_level level, const char *fmt, ...)
     strbuf_destroy(&line);
     strbuf_destroy(&safe);
 }
+
+void log_format_early(char **envp, const char *var, const char *value)
+{
+    size_t n = strlen(var);
+    for (char **e = envp; !value && e && *e; e++)
+        if (strncmp(*e, var, n) == 0 && (*e)[n] == '=')
+            value = *e + n + 1;
+    enum log_format format;
+    if (value && log_format_parse(value, &format) == 0)
+        log_setup(LOG_INFO, format);
+}

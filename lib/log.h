@@ -21,6 +21,9 @@ size_t log_utf8_cut(const char *s, size_t len);
 /* Parses "debug|info|warn|error" / "text|json"; 0 on success, -1 otherwise. */
 int log_level_parse(const char *s, enum log_level *out);
 int log_format_parse(const char *s, enum log_format *out);
+/* Applies the log format named by "VAR=format" in envp (or by value, when not NULL, which
+ * wins), before the settings are read, so that warnings about them are already in it. */
+void log_format_early(char **envp, const char *var, const char *value);
 
 #define log_debug(...) do { if (log_enabled(LOG_DEBUG)) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

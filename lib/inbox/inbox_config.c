@@ -207,11 +207,7 @@ int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **ar
 {
     memset(cfg, 0, sizeof(*cfg));
     /* the log format first, so that warnings about the environment are already in it */
-    for (char **e = envp; e && *e; e++) {
-        enum log_format format;
-        if (strncmp(*e, "INBOX_LOG_FORMAT=", 17) == 0 && log_format_parse(*e + 17, &format) == 0)
-            log_setup(LOG_INFO, format);
-    }
+    log_format_early(envp, "INBOX_LOG_FORMAT", NULL);
     cfg->command = xstrdup("run");
     for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
         if (settings[i].kind == STR)

@@ -54,19 +54,10 @@ in_image -- --entrypoint /usr/local/bin/outbox-tail --help >"$WORK/tail.out" 2>&
 log "in the image: $(cat "$WORK/version.out"); $(cat "$WORK/iv.out")"
 
 # migrate from the image, into a fresh database
-"$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
-    -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
+fresh_db
 in_image OUTBOX_PG_DSN="$DSN" -- migrate >"$WORK/migrate.log" 2>&1 || fail "migrate in the image: $(cat "$WORK/migrate.log")"
 [ "$(psqlc "SELECT count(*) FROM outbox")" = 0 ] || fail "no outbox table after migrate"
-outbox_all_view
-psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
-psqlc "DO \$\$ BEGIN
-         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_relay') THEN CREATE ROLE it_relay LOGIN; END IF;
-         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_writer') THEN CREATE ROLE it_writer LOGIN; END IF;
-       END \$\$"
-grant_roles outbox
-psqlc "GRANT SELECT, UPDATE ON aggregate TO it_writer"
-RELAY_USER=it_relay WRITER_USER=it_writer
+db_fixtures
 
 relay_env
 in_image "${RELAY_BASE_ENV[@]}" -- --check-config >"$WORK/check-config.log" 2>&1 ||

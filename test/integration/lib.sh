@@ -43,11 +43,20 @@ psqlc() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "$1"; }
 # it_relay, the writers helper as it_writer (INSERT on the outbox, and its own aggregate
 # table). Tests write their own fixtures as postgres.
 setup_db() {
+    fresh_db
+    OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
+        { cat "$WORK/migrate.log"; fail "migrate failed"; }
+    db_fixtures
+}
+# fresh_db: the test's database, empty (the first half of setup_db)
+fresh_db() {
     "$PG_BIN/psql" -X -q -At "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
         -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" ||
         fail "cannot reach PostgreSQL on port $RELAYTEST_PG_PORT"
-    OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
-        { cat "$WORK/migrate.log"; fail "migrate failed"; }
+}
+# db_fixtures: after migrate, the aggregate table, the roles and the outbox_all view (the
+# second half of setup_db, for tests that migrate their own way)
+db_fixtures() {
     psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
     psqlc "DO \$\$ BEGIN
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_relay') THEN CREATE ROLE it_relay LOGIN; END IF;
