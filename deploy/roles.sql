@@ -21,7 +21,7 @@
 GRANT USAGE ON SCHEMA :"schema" TO :"relay", :"writer";
 
 GRANT INSERT ON :"schema".:"table" TO :"writer";
-GRANT EXECUTE ON FUNCTION :"schema".:"enqueue"(text, text, text, jsonb, jsonb, uuid, text, text, text) TO :"writer";
+GRANT EXECUTE ON FUNCTION :"schema".:"enqueue" TO :"writer";
 
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";

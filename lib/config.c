@@ -195,6 +195,14 @@ static int check_on_sent(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+static int check_payload_type(const char *v, char *err, size_t errlen)
+{
+    if (v[0] && strcmp(v, "jsonb") != 0 && strcmp(v, "json") != 0 && strcmp(v, "text") != 0 &&
+        strcmp(v, "bytea") != 0)
+        return set_err(err, errlen, "expected jsonb, json, text or bytea, got '%s'", v);
+    return 0;
+}
+
 static int check_optional_topic(const char *v, char *err, size_t errlen)
 {
     if (v[0] == '\0')
@@ -275,6 +283,10 @@ static const struct setting settings[] = {
      "mark: an acknowledged row becomes SENT (kept for OUTBOX_RETENTION; replay and audit use "
      "it); delete: it is deleted at once, for the least WAL and no history (replay, audit and "
      "purge refuse)"},
+    {"OUTBOX_PAYLOAD_TYPE", "payload-type", SETTING_STRING, OFF(payload_type), "", 0, 0,
+     check_payload_type,
+     "type of the payload column when `migrate` creates the table: jsonb, json, text or bytea "
+     "(sent as raw bytes); empty means jsonb. The relay reads the type the table has"},
     {"OUTBOX_DEAD_LETTER_TOPIC", "dead-letter-topic", SETTING_STRING, OFF(dead_letter_topic), "",
      0, 0, check_optional_topic, "topic that also receives parked rows; empty disables"},
     {"OUTBOX_TOPIC_PAUSE_MS", "topic-pause-ms", SETTING_INT, OFF(topic_pause_ms), "30000", 100,

@@ -32,6 +32,7 @@ struct config {
     int ready_strict;
     int max_attempts;
     char *poison_policy;
+    char *payload_type; /* migrate: the payload column's type for a new table ("" = jsonb) */
     char *on_sent;     /* "mark" (status SENT) or "delete" (the row is deleted once acknowledged) */
     char *dead_letter_topic;
     char *retention;

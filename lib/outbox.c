@@ -33,6 +33,45 @@ static char *topic_expression(const char *tmpl)
     return sb.buf;
 }
 
+/* The claim over table t. Bytes: each row's payload size (its stored size while small and
+ * not compressed, else the length of what is sent: the text of a jsonb, json or text
+ * payload, the bytes of a bytea one); the claim stops where the sum passes $6 (the relay's
+ * byte budget left; at least one row), and a payload larger than $7 (the producer's
+ * message.max.bytes) is never fetched: its row comes back with payload NULL, to be
+ * parked. A bytea payload comes as hex, whatever bytea_output says (claim.c decodes it).
+ * Sizes, conversions and created_ms are computed after the LIMIT, for the rows kept only
+ * (a quarter less claim time than computing them per candidate row). */
+static char *claim_sql(const char *t, const char *parked, const char *topic_expr, int bytea)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH c AS ("
+                  " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
+                  "  o.topic, o.payload, o.headers, o.created_at, o.attempts, o.lease_partition"
+                  " FROM unnest($4::int2[]) AS lp(part)"
+                  " CROSS JOIN LATERAL ("
+                  "  SELECT * FROM %s p"
+                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
+                  "   AND p.id <> ALL($1::int8[])%s"
+                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
+                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
+                  "  ORDER BY p.id LIMIT $5) o"
+                  " ORDER BY o.id LIMIT $2),"
+                  /* sizes, the budget and the conversions only for the rows kept */
+                  " s AS (SELECT c.*, coalesce(CASE WHEN pg_column_compression(c.payload) IS NULL"
+                  "   AND pg_column_size(c.payload) < 2000 THEN pg_column_size(c.payload)"
+                  "   ELSE octet_length(%s) END, 0) AS sz FROM c),"
+                  " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM s)"
+                  " SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic,"
+                  "  CASE WHEN sz > $7::int8 THEN NULL ELSE %s END, headers::text,"
+                  "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz"
+                  " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
+                  t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
+                  bytea ? "encode(payload, 'hex')" : "payload::text");
+    return sb.buf;
+}
+
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
 {
     char *schema_q, *t, *name;
@@ -54,37 +93,8 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         strbuf_printf(&parked,
                       "   AND NOT EXISTS (SELECT 1 FROM %s f"
                       " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
-    /* Bytes: each row's payload size (its stored size while small and not compressed,
-     * else the length of its text); the claim stops where the sum passes $6 (the relay's
-     * byte budget left; at least one row), and a payload larger than $7 (the producer's
-     * message.max.bytes) is never fetched: its row comes back with payload NULL, to be
-     * parked. Sizes, text conversions and created_ms are computed after the LIMIT, for the
-     * rows kept only (a quarter less claim time than computing them per candidate row). */
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "WITH c AS ("
-                  " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
-                  "  o.topic, o.payload, o.headers, o.created_at, o.attempts, o.lease_partition"
-                  " FROM unnest($4::int2[]) AS lp(part)"
-                  " CROSS JOIN LATERAL ("
-                  "  SELECT * FROM %s p"
-                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
-                  "   AND p.id <> ALL($1::int8[])%s"
-                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
-                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
-                  "  ORDER BY p.id LIMIT $5) o"
-                  " ORDER BY o.id LIMIT $2),"
-                  /* sizes, the budget and the conversions only for the rows kept */
-                  " s AS (SELECT c.*, coalesce(CASE WHEN pg_column_compression(c.payload) IS NULL"
-                  "   AND pg_column_size(c.payload) < 2000 THEN pg_column_size(c.payload)"
-                  "   ELSE octet_length(c.payload::text) END, 0) AS sz FROM c),"
-                  " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM s)"
-                  " SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic,"
-                  "  CASE WHEN sz > $7::int8 THEN NULL ELSE payload::text END, headers::text,"
-                  "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz"
-                  " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
-                  t, parked.buf, sql->topic_expr);
-    sql->claim = sb.buf;
+    sql->claim = claim_sql(t, parked.buf, sql->topic_expr, 0);
+    sql->claim_bytea = claim_sql(t, parked.buf, sql->topic_expr, 1);
     strbuf_destroy(&parked);
 
     strbuf_init(&sb);
@@ -131,16 +141,20 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->arm = sb.buf;
 
     sql->version = schema_version_query(cfg->table);
-    /* At start-up: the version, and whether row-level security would hide rows from this
-     * role (enabled, not bypassed by the role, not the owner's unless forced). */
+    /* At start-up: the version, whether row-level security would hide rows from this role
+     * (enabled, not bypassed by the role, not the owner's unless forced), and the payload
+     * column's type (bytea is claimed as hex). */
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "SELECT (%s) AS version,"
                   " (SELECT c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)"
                   "   AND (c.relforcerowsecurity OR NOT pg_has_role(c.relowner, 'MEMBER'))"
                   "  FROM pg_class c, pg_roles r WHERE c.oid = '%s'::regclass"
-                  "  AND r.rolname = current_user) AS rls_hides_rows",
-                  sql->version, t);
+                  "  AND r.rolname = current_user) AS rls_hides_rows,"
+                  " (SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                  "  WHERE attrelid = '%s'::regclass AND attname = 'payload' AND NOT attisdropped)"
+                  "  AS payload_type",
+                  sql->version, t, t);
     sql->start_check = sb.buf;
 
     strbuf_init(&sb);
@@ -300,8 +314,8 @@ int outbox_lease_key(const char *table)
 
 void outbox_sql_destroy(struct outbox_sql *sql)
 {
-    char **all[] = {&sql->claim, &sql->mark, &sql->park, &sql->note_failed, &sql->row_failed,
-                    &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
+    char **all[] = {&sql->claim, &sql->claim_bytea, &sql->mark, &sql->park, &sql->note_failed,
+                    &sql->row_failed, &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
                     &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup};

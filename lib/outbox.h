@@ -15,13 +15,15 @@ struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
                             $5 limit per partition, $6 payload bytes budget, $7 largest
                             payload fetched, $8 keys held back (kshare.h) */
+    char *claim_bytea;   /* the same for a bytea payload column (payload as hex) */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
     char *row_failed;    /* $1 id, $2 reason, $3 max attempts: attempts+1, parks at the limit */
     char *arm;           /* $1 channel */
     char *version;       /* $1 table */
-    char *start_check;   /* $1 table: version, and whether row-level security hides rows */
+    char *start_check;   /* $1 table: version, whether row-level security hides rows, and the
+                            payload column's type */
     char *stats;         /* $1 count cap */
     char *long_tx;       /* $1 threshold seconds */
     char *xmin_holder;   /* the replication slot or standby holding the xmin horizon, if any */
@@ -55,6 +57,7 @@ enum claim_col {
     CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_ATTEMPTS,
     CLAIM_LEASE_PARTITION, CLAIM_PAYLOAD_BYTES
 };
+enum start_check_col { START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE };
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
     ROW_FAILED_AGGREGATE_TYPE, ROW_FAILED_EVENT_TYPE, ROW_FAILED_CREATED_MS

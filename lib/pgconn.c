@@ -676,3 +676,44 @@ out:
     return rc;
 }
 
+
+int pg_bytes_decode(struct pg_bytes *b, const PGresult *res, int col)
+{
+    int n = PQntuples(res);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (size_t)PQgetlength(res, i, col) / 2;
+    b->buf = xmalloc(total + 1);
+    b->end = xmalloc(((size_t)n + 1) * sizeof(*b->end));
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        long got = hex_decode(PQgetvalue(res, i, col), (size_t)PQgetlength(res, i, col),
+                              (unsigned char *)b->buf + at);
+        if (got < 0) {
+            pg_bytes_free(b);
+            return -1;
+        }
+        at += (size_t)got;
+        b->end[i] = at;
+    }
+    return 0;
+}
+
+const char *pg_bytes_get(const struct pg_bytes *b, const PGresult *res, int col, int i, size_t *len)
+{
+    if (PQgetisnull(res, i, col)) {
+        *len = 0;
+        return NULL;
+    }
+    size_t from = i ? b->end[i - 1] : 0;
+    *len = b->end[i] - from;
+    return b->buf + from;
+}
+
+void pg_bytes_free(struct pg_bytes *b)
+{
+    free(b->buf);
+    free(b->end);
+    b->buf = NULL;
+    b->end = NULL;
+}

@@ -63,6 +63,18 @@ PGconn *pgconn_connect_blocking(const char *dsn, const char *application, int pi
 PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       char *err, size_t errlen);
 
+/* A bytea column of a result, sent as hex (encode(col, 'hex')), decoded for every row into
+ * one buffer: the bytes of a binary payload, NUL bytes included. */
+struct pg_bytes {
+    char *buf;
+    size_t *end; /* row i is buf[end[i-1] .. end[i]) (from 0 for the first) */
+};
+/* Returns 0, or -1 when a value is not hex (then b is empty). */
+int pg_bytes_decode(struct pg_bytes *b, const PGresult *res, int col);
+/* Row i's bytes and length; NULL for a NULL value. */
+const char *pg_bytes_get(const struct pg_bytes *b, const PGresult *res, int col, int i, size_t *len);
+void pg_bytes_free(struct pg_bytes *b);
+
 /* Whether dsn leads to a real session, as LISTEN and session advisory locks need, or to a
  * pooler in transaction or statement mode (PgBouncer and the like): one connection reads
  * its backend's pid, a second holds a transaction open, the first asks again — a pooled

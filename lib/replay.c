@@ -130,14 +130,18 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
         if (!(sk = sink_new(loop, cfg, &replay_callbacks, &rp, err, errlen)))
             goto out;
     }
+    char ptype[128];
+    if (schema_payload_type(conn, cfg->table, ptype, sizeof(ptype), err, errlen) != 0)
+        goto out;
+    int bytea = strcmp(ptype, "bytea") == 0; /* sent as hex, decoded below */
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
     strbuf_printf(&q,
                   "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
-                  " event_type, topic, payload::text, headers::text, " OUTBOX_CREATED_MS("created_at")
+                  " event_type, topic, %s, headers::text, " OUTBOX_CREATED_MS("created_at")
                   " FROM %s WHERE status = 'SENT' AND %s ORDER BY id",
-                  t, filter);
+                  bytea ? "encode(payload, 'hex')" : "payload::text", t, filter);
     if (cfg->limit)
         strbuf_printf(&q, " LIMIT %lld", cfg->limit);
     if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
@@ -153,6 +157,11 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
         if (!res)
             goto out;
         int n = PQntuples(res);
+        struct pg_bytes payloads = {0};
+        if (bytea && pg_bytes_decode(&payloads, res, 6) != 0) {
+            set_err(err, errlen, "a bytea payload did not come as hex");
+            goto out;
+        }
         for (int i = 0; i < n && !rp.fatal; i++) {
             struct outbox_row row = {
                 .id = pg_int(PQgetvalue(res, i, 0)),
@@ -166,6 +175,8 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
                 .headers = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
                 .created_ms = pg_int(PQgetvalue(res, i, 8)),
             };
+            if (bytea)
+                row.payload = pg_bytes_get(&payloads, res, 6, i, &row.payload_len);
             selected++;
             if (!first_id)
                 first_id = row.id;
@@ -190,6 +201,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
             }
             message_destroy(&msg);
         }
+        pg_bytes_free(&payloads);
         PQclear(res);
         res = NULL;
         if (n < FETCH_ROWS || rp.fatal)

@@ -33,20 +33,28 @@ void schema_names(const char *table, char **schema_q, char **table_q, char **nam
     free(schema);
 }
 
-static char *expand(const char *sql, const char *schema_q, const char *table_q, const char *name)
+/* The names a migration's placeholders stand for. */
+struct placeholders {
+    const char *schema_q, *table_q, *name, *payload_type;
+};
+
+static char *expand(const char *sql, const struct placeholders *n)
 {
     struct strbuf sb;
     strbuf_init(&sb);
     for (const char *p = sql; *p;) {
         if (strncmp(p, "@SCHEMA@", 8) == 0) {
-            strbuf_puts(&sb, schema_q);
+            strbuf_puts(&sb, n->schema_q);
             p += 8;
         } else if (strncmp(p, "@TABLE@", 7) == 0) {
-            strbuf_puts(&sb, table_q);
+            strbuf_puts(&sb, n->table_q);
             p += 7;
         } else if (strncmp(p, "@NAME@", 6) == 0) {
-            strbuf_puts(&sb, name);
+            strbuf_puts(&sb, n->name);
             p += 6;
+        } else if (strncmp(p, "@PAYLOAD_TYPE@", 14) == 0) {
+            strbuf_puts(&sb, n->payload_type);
+            p += 14;
         } else {
             strbuf_append(&sb, p, 1);
             p++;
@@ -118,10 +126,10 @@ static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const
 #define OUTSIDE_MARK "-- @outside-transaction"
 
 static int apply_migration(PGconn *conn, const struct schema_file *f, const char *table,
-                           const char *schema_q, const char *table_q, const char *name,
-                           char *err, size_t errlen)
+                           const struct placeholders *n, char *err, size_t errlen)
 {
-    char *body = expand(f->sql, schema_q, table_q, name);
+    const char *schema_q = n->schema_q;
+    char *body = expand(f->sql, n);
     char version[16], detail[512];
     snprintf(version, sizeof(version), "%d", f->version);
     const char *params[2] = {table, version};
@@ -166,7 +174,45 @@ out:
     return rc;
 }
 
-int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, size_t errlen)
+int schema_payload_type(PGconn *conn, const char *table, char *out, size_t outlen, char *err,
+                        size_t errlen)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(table, &schema_q, &table_q, &name);
+    const char *params[1] = {table_q};
+    PGresult *res = pgconn_exec(conn, "SELECT format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute"
+                                      " WHERE attrelid = pg_catalog.to_regclass($1) AND attname = 'payload'"
+                                      " AND NOT attisdropped", 1, params, err, errlen);
+    free(schema_q);
+    free(table_q);
+    free(name);
+    if (!res)
+        return -1;
+    snprintf(out, outlen, "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+    PQclear(res);
+    return 0;
+}
+
+/* The payload column's type for the migrations: the table's when it exists (a different
+ * OUTBOX_PAYLOAD_TYPE is refused: migrate never changes a column writers use), else the
+ * setting (empty: jsonb). */
+static int migrate_payload_type(PGconn *conn, const char *table, const char *wanted, char *out,
+                                size_t outlen, char *err, size_t errlen)
+{
+    if (schema_payload_type(conn, table, out, outlen, err, errlen) != 0)
+        return -1;
+    if (!out[0])
+        snprintf(out, outlen, "%s", wanted && wanted[0] ? wanted : "jsonb");
+    else if (wanted && wanted[0] && strcmp(wanted, out) != 0)
+        return set_err(err, errlen, "OUTBOX_PAYLOAD_TYPE=%s, but the payload column of %s is "
+                       "already %s: the setting only chooses the type of a new table (the relay "
+                       "reads the type the table has); unset it, or convert the column yourself",
+                       wanted, table, out);
+    return 0;
+}
+
+int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int *applied,
+                   char *err, size_t errlen)
 {
     char *schema_q, *table_q, *name;
     schema_names(table, &schema_q, &table_q, &name);
@@ -206,6 +252,11 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
         goto out;
     }
 
+    char ptype[128];
+    if (migrate_payload_type(conn, table, payload_type, ptype, sizeof(ptype), err, errlen) != 0)
+        goto out;
+    const struct placeholders names = {schema_q, table_q, name, ptype};
+
     for (int i = 0; i < schema_file_count; i++) {
         const struct schema_file *f = &schema_files[i];
         char version[16];
@@ -227,7 +278,7 @@ int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, siz
         PQclear(res);
         if (done)
             continue;
-        if (apply_migration(conn, f, table, schema_q, table_q, name, err, errlen) != 0)
+        if (apply_migration(conn, f, table, &names, err, errlen) != 0)
             goto out;
         log_info("migrate: applied %s to %s", f->name, table);
         (*applied)++;

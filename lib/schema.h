@@ -25,7 +25,13 @@ void schema_names(const char *table, char **schema_q, char **table_q, char **nam
  * lock, with lock_timeout and a pinned search_path; each in a transaction, with steps
  * outside it where the file asks (see schema.c). Blocking: only for the migrate command,
  * never on the relay loop. conn is borrowed. Returns 0, or -1 with err. */
-int schema_migrate(PGconn *conn, const char *table, int *applied, char *err, size_t errlen);
+int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int *applied,
+                   char *err, size_t errlen);
+
+/* Blocking: the type of the table's payload column (format_type: "jsonb", "bytea", ...),
+ * "" when the table or the column does not exist. Returns 0, or -1 with err. */
+int schema_payload_type(PGconn *conn, const char *table, char *out, size_t outlen, char *err,
+                        size_t errlen);
 
 /* SQL returning the highest applied version for the table (NULL if none); fails with
  * undefined_table (42P01) before the first migrate. $1 = table as configured. Caller frees. */

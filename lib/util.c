@@ -170,6 +170,30 @@ long long pg_int(const char *s)
     return *s == '-' ? -(long long)u : (long long)u;
 }
 
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+long hex_decode(const char *hex, size_t n, unsigned char *out)
+{
+    if (n % 2)
+        return -1;
+    for (size_t i = 0; i < n; i += 2) {
+        int hi = hex_digit(hex[i]), lo = hex_digit(hex[i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i / 2] = (unsigned char)(hi << 4 | lo);
+    }
+    return (long)(n / 2);
+}
+
 void pgarray_open(struct strbuf *sb)
 {
     strbuf_puts(sb, "{");

@@ -43,6 +43,9 @@ void pgarray_open(struct strbuf *sb);
 /* An integer as PostgreSQL's text output writes it ([-]digits); anything else goes through
  * strtoll. Faster than strtoll for the claim's columns, read for every row. */
 long long pg_int(const char *s);
+/* Decodes n hex digits (an even count, either case) into out, n / 2 bytes. Returns the
+ * bytes written, or -1 at a character that is not a hex digit or an odd count. */
+long hex_decode(const char *hex, size_t n, unsigned char *out);
 void pgarray_int(struct strbuf *sb, long long v);
 void pgarray_str(struct strbuf *sb, const char *s);
 void pgarray_close(struct strbuf *sb);

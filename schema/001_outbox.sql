@@ -1,6 +1,7 @@
 -- 001: the outbox table, its indexes and the optional doorbell.
 -- Placeholders (filled by `outbox-relay migrate`, never by string input from writers):
---   @SCHEMA@  quoted schema, @TABLE@  quoted schema.table, @NAME@  bare table name.
+--   @SCHEMA@  quoted schema, @TABLE@  quoted schema.table, @NAME@  bare table name,
+--   @PAYLOAD_TYPE@  the payload column's type (OUTBOX_PAYLOAD_TYPE: jsonb, json, text, bytea).
 
 CREATE TABLE @TABLE@ (
     id              bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,
@@ -9,7 +10,7 @@ CREATE TABLE @TABLE@ (
     aggregate_id    text NOT NULL,
     event_type      text NOT NULL,
     topic           text,
-    payload         jsonb,
+    payload         @PAYLOAD_TYPE@,
     headers         jsonb,
     status          text NOT NULL DEFAULT 'PENDING'
                     CONSTRAINT "@NAME@_status_check" CHECK (status IN ('PENDING', 'SENT', 'FAILED')),

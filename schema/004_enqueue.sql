@@ -9,12 +9,13 @@
 -- like any serialization failure: the caller retries. traceparent and
 -- tracestate (W3C trace context) become headers of the Kafka message.
 -- It runs as its owner with a pinned search_path, so a writer needs EXECUTE on it and
--- nothing else (deploy/roles.sql grants it); PUBLIC cannot call it.
+-- nothing else (deploy/roles.sql grants it); PUBLIC cannot call it. Its payload has the
+-- table's payload type (jsonb, json, text or bytea: OUTBOX_PAYLOAD_TYPE).
 CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_enqueue"(
     aggregate_type text,
     aggregate_id   text,
     event_type     text,
-    payload        jsonb,
+    payload        @PAYLOAD_TYPE@,
     headers        jsonb DEFAULT NULL,
     event_id       uuid  DEFAULT NULL,
     topic          text  DEFAULT NULL,
@@ -52,4 +53,4 @@ BEGIN
     RETURN new_id;
 END
 $$;
-REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_enqueue"(text, text, text, jsonb, jsonb, uuid, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_enqueue"(text, text, text, @PAYLOAD_TYPE@, jsonb, uuid, text, text, text) FROM PUBLIC;

@@ -39,6 +39,7 @@ void claim_release(struct relay *r)
     if (r->claim.res) {
         PQclear(r->claim.res);
         r->claim.res = NULL;
+        pg_bytes_free(&r->claim.payloads);
     }
     for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
         free(r->claim.blocked_keys[i]);
@@ -113,6 +114,12 @@ static void claim_ok(struct relay *r, PGresult *res)
         PQclear(res);
     if (r->mode != MODE_RUNNING)
         return;
+    if (n > 0 && r->payload_bytea && pg_bytes_decode(&r->claim.payloads, res, CLAIM_PAYLOAD) != 0) {
+        log_error("claim: a bytea payload did not come as hex; claiming again");
+        PQclear(res);
+        r->claim.wanted = 1;
+        return;
+    }
     if (n == 0) {
         if (r->reset.isolate_until_id) {
             log_info("relay: nothing left to isolate; back to batches");
@@ -181,7 +188,7 @@ void claim_send(struct relay *r)
     snprintf(budget, sizeof(budget), "%lld", (long long)(r->cfg->max_inflight_bytes - r->win.bytes));
     snprintf(largest, sizeof(largest), "%lld", sink_max_message_bytes(r->sink));
     const char *params[8] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf};
-    if (worker_send(r, &claim_stmt, r->sql.claim, 8, params) == 0) {
+    if (worker_send(r, &claim_stmt, r->payload_bytea ? r->sql.claim_bytea : r->sql.claim, 8, params) == 0) {
         r->claim.wanted = 0;
         ev_timer_stop(r->loop, &r->poll.timer);
     }

@@ -34,11 +34,13 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
     }
 }
 
-/* A claim row as the message mapping reads it (borrowed from res); the numbers were read
- * once, into its window slot, when it was claimed. */
-static struct outbox_row claim_row(const PGresult *res, int i, const struct inflight_row *slot)
+/* A claim row as the message mapping reads it (borrowed from the claim's result, a bytea
+ * payload from its decoded bytes); the numbers were read once, into its window slot, when
+ * it was claimed. */
+static struct outbox_row claim_row(const struct relay *r, int i, const struct inflight_row *slot)
 {
-    return (struct outbox_row){
+    const PGresult *res = r->claim.res;
+    struct outbox_row row = {
         .id = slot->id,
         .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
@@ -51,6 +53,9 @@ static struct outbox_row claim_row(const PGresult *res, int i, const struct infl
         .created_ms = slot->created_ms,
         .attempts = slot->attempts,
     };
+    if (r->claim.payloads.buf)
+        row.payload = pg_bytes_get(&r->claim.payloads, res, CLAIM_PAYLOAD, i, &row.payload_len);
+    return row;
 }
 
 /* A failed produce or delivery: record it on the row and start a reset. */
@@ -82,7 +87,7 @@ void produce_claimed(struct relay *r)
         struct inflight_row *slot = window_find(&r->win, pg_int(PQgetvalue(res, r->claim.next, CLAIM_ID)));
         if (!slot || slot->state != ROW_QUEUED)
             continue;
-        struct outbox_row row = claim_row(res, r->claim.next, slot);
+        struct outbox_row row = claim_row(r, r->claim.next, slot);
         if (r->lease.part[slot->partition].state != LEASE_ACTIVE) {
             window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
             continue;

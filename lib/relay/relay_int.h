@@ -44,6 +44,7 @@ struct claim_state {
     int quota;           /* rows per partition in the claim in flight */
     int wanted;
     int last_was_mark;   /* the previous worker statement was a mark */
+    struct pg_bytes payloads; /* res's payloads decoded, when the column is bytea */
 };
 
 /* claim.c: the adaptive poll and the conditional doorbell. */
@@ -147,6 +148,7 @@ struct relay {
     int64_t stmt_sent_ms;           /* monotonic */
     int schema_ok;                  /* version checked on the current worker connection */
     int schema_logged;
+    int payload_bytea;              /* the payload column is bytea: claimed as hex */
     ev_timer retry_timer;           /* after a failed statement */
 
     ev_timer shutdown_timer;

@@ -67,15 +67,20 @@ static void version_result(struct relay *r, PGresult *res)
     char err[512];
     int have = 0;
     switch (schema_check_result(res, r->cfg->table, &have, err, sizeof(err))) {
-    case SCHEMA_OK:
+    case SCHEMA_OK: {
+        const char *ptype = PQgetisnull(res, 0, START_CHECK_PAYLOAD_TYPE)
+                                ? "none" : PQgetvalue(res, 0, START_CHECK_PAYLOAD_TYPE);
+        r->payload_bytea = strcmp(ptype, "bytea") == 0;
         if (!r->schema_logged)
-            log_info("schema: %s at version %d%s", r->cfg->table, have,
+            log_info("schema: %s at version %d%s; payload %s", r->cfg->table, have,
                      have < schema_version() ? " (the previous one: this relay runs on it; "
-                                               "`outbox-relay migrate` brings it up to date)" : "");
+                                               "`outbox-relay migrate` brings it up to date)" : "",
+                     ptype);
         r->schema_logged = 1;
         r->schema_ok = 1;
         r->claim.wanted = 1;
         break;
+    }
     case SCHEMA_UNUSABLE:
         log_error("schema: %s", err);
         relay_finish(r, 1);

@@ -207,12 +207,18 @@ SQL
 }
 
 # check TOPICS [outbox-check flags]: compares Kafka with the table; prints the CHECK line.
-# CHECK_WHERE (an SQL condition, default all rows) limits the rows Kafka must hold.
+# CHECK_WHERE (an SQL condition, default all rows) limits the rows Kafka must hold;
+# CHECK_VALUE (an SQL expression of the bytes a row's message value must be, e.g.
+# "convert_to(payload::text, 'UTF8')") makes every message's value compared too.
 check() {
-    local topics=$1
+    local topics=$1 value="'-'"
     shift
+    if [ -n "${CHECK_VALUE:-}" ]; then
+        value="CASE WHEN payload IS NULL THEN '-' ELSE 'x' || encode($CHECK_VALUE, 'hex') END"
+        set -- "$@" --values
+    fi
     "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
-        -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
+        -c "SELECT id, event_id, aggregate_id, $value FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv"
     "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"

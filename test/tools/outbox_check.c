@@ -1,11 +1,14 @@
 /* Test checker: consumes every partition of the given topics from the beginning up to
  * the high watermark and compares with the rows the outbox table holds.
  *
- *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact]
+ *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact] [--values]
  *                [--no-partition-check]
  *   outbox-check --partition-of COUNT   (keys on stdin, one per line: "key<TAB>partition")
  *
- * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id".
+ * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id", and with
+ * --values a fourth column, the value Kafka must hold: "x" and its bytes in hex ("x" alone
+ * for an empty value), or "-" for none (a null value): every delivery is compared byte for
+ * byte (value_mismatches).
  * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
  * partition_mismatches=.. unexpected=.. fenced=.. stale_duplicates=.. fencing_violations=.."
  * and exits 1 if anything was lost, reordered per key (first deliveries out of id order),
@@ -29,6 +32,7 @@ struct expected_row {
     long long id;
     char event_id[40];
     char *key;
+    char *value_hex; /* --values: the expected value as hex, NULL for no value */
     int seen;
 };
 
@@ -74,6 +78,21 @@ static struct expected_row *find_event(const char *event_id)
     struct expected_row probe = {0};
     snprintf(probe.event_id, sizeof(probe.event_id), "%s", event_id);
     return bsearch(&probe, rows, n_rows, sizeof(*rows), cmp_event);
+}
+
+/* Whether a message's value is the expected one (hex, NULL for none). */
+static int value_matches(const rd_kafka_message_t *m, const char *hex)
+{
+    if (!hex)
+        return m->payload == NULL;
+    if (!m->payload || strlen(hex) != 2 * m->len)
+        return 0;
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *v = m->payload;
+    for (size_t i = 0; i < m->len; i++)
+        if (hex[2 * i] != digits[v[i] >> 4] || hex[2 * i + 1] != digits[v[i] & 15])
+            return 0;
+    return 1;
 }
 
 /* Linear probe hash of keys. */
@@ -122,10 +141,12 @@ static void load_expected(const char *path)
     }
     size_t cap = 1024;
     rows = malloc(cap * sizeof(*rows));
-    char line[4096];
-    while (fgets(line, sizeof(line), f)) {
+    char *line = NULL;
+    size_t linecap = 0;
+    while (getline(&line, &linecap, f) > 0) {
         line[strcspn(line, "\n")] = '\0';
         char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
+        char *value = strtok(NULL, "\t");
         if (!id || !ev || !key)
             continue;
         if (n_rows == cap) {
@@ -139,9 +160,11 @@ static void load_expected(const char *path)
         rows[n_rows].id = atoll(id);
         snprintf(rows[n_rows].event_id, sizeof(rows[n_rows].event_id), "%s", ev);
         rows[n_rows].key = strdup(key);
+        rows[n_rows].value_hex = value && value[0] == 'x' ? strdup(value + 1) : NULL;
         rows[n_rows].seen = 0;
         n_rows++;
     }
+    free(line);
     fclose(f);
     qsort(rows, n_rows, sizeof(*rows), cmp_event);
 }
@@ -149,7 +172,7 @@ static void load_expected(const char *path)
 int main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
-    int exact = 0, partition_check = 1, verbose = 0;
+    int exact = 0, partition_check = 1, verbose = 0, values = 0;
     if (argc == 3 && !strcmp(argv[1], "--partition-of")) { /* the Java client's partition */
         int count = atoi(argv[2]);
         char line[4096];
@@ -168,6 +191,8 @@ int main(int argc, char **argv)
             topics = argv[++i];
         else if (!strcmp(argv[i], "--expected") && i + 1 < argc)
             expected = argv[++i];
+        else if (!strcmp(argv[i], "--values"))
+            values = 1;
         else if (!strcmp(argv[i], "--exact"))
             exact = 1;
         else if (!strcmp(argv[i], "--no-partition-check"))
@@ -176,7 +201,7 @@ int main(int argc, char **argv)
             verbose = 1;
         else {
             fprintf(stderr, "usage: outbox-check --bootstrap B --topics T1,T2 --expected FILE "
-                            "[--exact] [--no-partition-check] [--verbose]\n");
+                            "[--exact] [--no-partition-check] [--values] [--verbose]\n");
             return 2;
         }
     }
@@ -240,7 +265,7 @@ int main(int argc, char **argv)
     free(list);
 
     long long delivered = 0, duplicates = 0, order_violations = 0, mismatches = 0, unexpected = 0;
-    long long fenced = 0, stale_duplicates = 0, fencing_violations = 0;
+    long long fenced = 0, stale_duplicates = 0, fencing_violations = 0, value_mismatches = 0;
     int eof_left = n_progress; /* partitions not yet read up to their high watermark */
     if (assign->cnt)
         rd_kafka_assign(rk, assign);
@@ -335,6 +360,12 @@ int main(int argc, char **argv)
                 fs->last_first_id = token;
             }
         }
+        if (values && !value_matches(m, row->value_hex)) {
+            if (value_mismatches++ < 5)
+                fprintf(stderr, "outbox-check: id %lld: value of %zu bytes differs from the row's "
+                        "(%zu bytes)\n", row->id, m->payload ? m->len : 0,
+                        row->value_hex ? strlen(row->value_hex) / 2 : 0);
+        }
         if (row->seen++) {
             duplicates++;
         } else {
@@ -372,13 +403,13 @@ int main(int argc, char **argv)
     }
     printf("CHECK expected=%zu delivered_unique=%lld lost=%lld duplicates=%lld order_violations=%lld "
            "partition_mismatches=%lld unexpected=%lld fenced=%lld stale_duplicates=%lld "
-           "fencing_violations=%lld\n",
+           "fencing_violations=%lld value_mismatches=%lld\n",
            n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected, fenced,
-           stale_duplicates, fencing_violations);
+           stale_duplicates, fencing_violations, value_mismatches);
     rd_kafka_topic_partition_list_destroy(assign);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
-    int bad = lost || order_violations || mismatches || unexpected || fencing_violations ||
+    int bad = lost || order_violations || mismatches || unexpected || fencing_violations || value_mismatches ||
               (exact && duplicates);
     return bad ? 1 : 0;
 }

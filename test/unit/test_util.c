@@ -42,5 +42,14 @@ int main(void)
     ok(pg_int("-9223372036854775808") == LLONG_MIN, "pg_int LLONG_MIN");
     is_int(pg_int("12x"), 12, "pg_int stops like strtoll at a non-digit");
     is_int(pg_int(""), 0, "pg_int of nothing is 0");
+
+    unsigned char bytes[8];
+    is_int(hex_decode("00ff7fA0", 8, bytes), 4, "hex_decode: 4 bytes");
+    ok(bytes[0] == 0x00 && bytes[1] == 0xff && bytes[2] == 0x7f && bytes[3] == 0xa0,
+       "hex_decode: NUL, 0xff, 0x7f, upper case");
+    is_int(hex_decode("", 0, bytes), 0, "hex_decode: nothing is 0 bytes");
+    is_int(hex_decode("abc", 3, bytes), -1, "hex_decode: an odd count is refused");
+    is_int(hex_decode("0g", 2, bytes), -1, "hex_decode: a non-hex character is refused");
+    is_int(hex_decode("\\x00", 4, bytes), -1, "hex_decode: bytea_output's \\x prefix is not hex");
     return done();
 }
