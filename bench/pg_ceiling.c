@@ -48,7 +48,14 @@ int main(int argc, char **argv)
     char quota[16];
     snprintf(quota, sizeof(quota), "%d", (batch + OUTBOX_LEASE_PARTITIONS - 1) / OUTBOX_LEASE_PARTITIONS * 2);
     /* the relay's default byte budget and librdkafka's default message.max.bytes */
-    const char *claim_params[8] = {"{}", limit, "{}", parts.buf, quota, "33554432", "1000000", "{}"};
+    struct strbuf floors; /* every partition from the bottom, as the relay's first claim */
+    strbuf_init(&floors);
+    strbuf_puts(&floors, "{");
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        strbuf_printf(&floors, "%s0", p ? "," : "");
+    strbuf_puts(&floors, "}");
+    const char *claim_params[9] = {"{}", limit, "{}", parts.buf, quota, "33554432", "1000000", "{}",
+                                   floors.buf};
     PQclear(PQexec(conn, "SET synchronous_commit = off")); /* as the relay's worker */
     const char *delete_sql = "DELETE FROM public.outbox WHERE id = ANY($1::int8[])";
     long long total = 0;
@@ -57,7 +64,7 @@ int main(int argc, char **argv)
     strbuf_init(&ids);
     for (;;) {
         int64_t t0 = mono_us();
-        PGresult *res = PQexecParams(conn, sql.claim, 8, NULL, claim_params, NULL, NULL, 0);
+        PGresult *res = PQexecParams(conn, sql.claim, 9, NULL, claim_params, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             fprintf(stderr, "pg-ceiling: claim: %s", PQresultErrorMessage(res));
             return 1;

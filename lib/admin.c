@@ -166,12 +166,27 @@ int admin_requeue(PGconn *conn, const struct config *cfg, FILE *out, char *err, 
 {
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
-    struct strbuf q;
+    struct strbuf q, doorbell;
     strbuf_init(&q);
+    strbuf_init(&doorbell);
+    strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
+    /* Requeued rows lie below the running relays' claim floors: the doorbell's requeue
+     * count (schema 5), raised in the same transaction, makes their next claim read from
+     * the bottom, so a requeued row still goes before the later rows of its key. */
+    const char *dparams[1] = {doorbell.buf};
+    PGresult *has = pgconn_exec(conn, "SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid ="
+                                      " pg_catalog.to_regclass($1) AND attname = 'requeued'"
+                                      " AND NOT attisdropped", 1, dparams, err, errlen);
+    int counted = has && strcmp(PQgetvalue(has, 0, 0), "1") == 0;
+    PQclear(has);
     strbuf_printf(&q,
-                  "UPDATE %s SET status = 'PENDING', attempts = 0 WHERE status = 'FAILED' AND %s "
-                  "RETURNING id",
+                  "WITH r AS (UPDATE %s SET status = 'PENDING', attempts = 0 WHERE status = 'FAILED'"
+                  " AND %s RETURNING id)",
                   t, cfg->requeue_id ? "id = $1::int8" : cfg->requeue_key ? "aggregate_id = $1" : "true");
+    if (counted)
+        strbuf_printf(&q, ", c AS (UPDATE %s SET requeued = requeued + 1 WHERE EXISTS (SELECT FROM r))",
+                      doorbell.buf);
+    strbuf_puts(&q, " SELECT id FROM r");
     const char *params[1] = {cfg->requeue_id ? cfg->requeue_id : cfg->requeue_key};
     PGresult *res = pgconn_exec(conn, q.buf, cfg->requeue_all ? 0 : 1, params, err, errlen);
     int rc = -1;
@@ -185,6 +200,7 @@ int admin_requeue(PGconn *conn, const struct config *cfg, FILE *out, char *err, 
         rc = 0;
     }
     strbuf_destroy(&q);
+    strbuf_destroy(&doorbell);
     free(schema_q);
     free(t);
     free(name);

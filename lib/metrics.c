@@ -168,6 +168,14 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     }
 
     counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
+    counter(o, "outbox_claims_from_bottom_total",
+            "Claims that read every lease partition from the bottom of the pending index (the "
+            "others start at proven floors above the rows already marked).",
+            m->claims_from_bottom_total);
+    counter(o, "outbox_floor_resets_total",
+            "Times rows were put back below the claim floors (a reset, a lost lease, a held key "
+            "or paused topic released, a requeue), so that the next claim read from the bottom.",
+            m->floor_resets_total);
     counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
     counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
     counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);

@@ -38,6 +38,8 @@ const char *failure_reason_name(enum failure_reason r);
 struct metrics {
     /* counters */
     uint64_t claims_total;
+    uint64_t claims_from_bottom_total; /* claims that started every partition at the bottom */
+    uint64_t floor_resets_total;       /* floors put back to the bottom (floor.h) */
     uint64_t claimed_rows_total;
     uint64_t published_total;
     uint64_t marked_total;

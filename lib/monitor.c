@@ -9,6 +9,11 @@
 #include "util.h"
 
 #define STATS_INTERVAL_S 5.0
+/* The backlog statement reads the pending index from the bottom of every partition: while
+ * a long transaction keeps its dead head from vacuum it grows slow, so it runs at most
+ * once per STATS_COST_SHARE times its last duration (the long-transaction checks after it
+ * keep their pace). */
+#define STATS_COST_SHARE 10
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
 
@@ -25,6 +30,7 @@ struct monitor {
     enum monitor_step step;
     int duplicates_done;
     int stats_due;
+    int64_t stats_sent_ms, stats_next_ms; /* monotonic */
     int purge_due;
     long long purge_after_id;
     long long purge_cycle_deleted;
@@ -73,10 +79,22 @@ static void duplicates_done(void *ctx, PGresult *res)
     next(mon);
 }
 
+static void send_long_tx(struct monitor *mon)
+{
+    mon->step = STEP_LONG_TX;
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%d", mon->cfg->long_tx_seconds);
+    const char *params[1] = {secs};
+    if (pgconn_query(mon->conn, mon->sql->long_tx, 1, params, long_tx_done, mon) != 0)
+        mon->step = STEP_IDLE;
+}
+
 static void stats_done(void *ctx, PGresult *res)
 {
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
+    int64_t now = mono_ms();
+    mon->stats_next_ms = now + (now - mon->stats_sent_ms) * (STATS_COST_SHARE - 1);
     if (pgconn_result_ok(res) && PQntuples(res) == 1) {
         struct metrics *m = mon->m;
         long long capped = (long long)num(res, 0);
@@ -91,12 +109,7 @@ static void stats_done(void *ctx, PGresult *res)
         failed(mon, "backlog statistics", res);
     }
     PQclear(res);
-    mon->step = STEP_LONG_TX;
-    char secs[16];
-    snprintf(secs, sizeof(secs), "%d", mon->cfg->long_tx_seconds);
-    const char *params[1] = {secs};
-    if (pgconn_query(mon->conn, mon->sql->long_tx, 1, params, long_tx_done, mon) != 0)
-        mon->step = STEP_IDLE;
+    send_long_tx(mon);
 }
 
 static void long_tx_done(void *ctx, PGresult *res)
@@ -230,6 +243,11 @@ static void next(struct monitor *mon)
     }
     if (mon->stats_due) {
         mon->stats_due = 0;
+        if (mono_ms() < mon->stats_next_ms) { /* the backlog waits; the checks do not */
+            send_long_tx(mon);
+            return;
+        }
+        mon->stats_sent_ms = mono_ms();
         char cap[16];
         snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
         const char *params[1] = {cap};

@@ -8,6 +8,9 @@
 #include "util.h"
 
 
+/* "status = 'PENDING'" for statements that find their rows by id (see outbox_sql_init). */
+#define BY_ID_PENDING "(status || '') = 'PENDING'"
+
 /* The topic template as a SQL expression over row alias p, so claims can skip paused
  * topics: 'outbox.event.' || p.aggregate_type. The template was validated (no quotes). */
 static char *topic_expression(const char *tmpl)
@@ -40,19 +43,27 @@ static char *topic_expression(const char *tmpl)
  * message.max.bytes) is never fetched: its row comes back with payload NULL, to be
  * parked. A bytea payload comes as hex, whatever bytea_output says (claim.c decodes it).
  * Sizes, conversions and created_ms are computed after the LIMIT, for the rows kept only
- * (a quarter less claim time than computing them per candidate row). */
-static char *claim_sql(const char *t, const char *parked, const char *topic_expr, int bytea)
+ * (a quarter less claim time than computing them per candidate row). The last column is
+ * the doorbell's count of requeues (schema 5; 0 before), read in the claim's snapshot. */
+static char *claim_sql(const char *t, const char *doorbell, const char *parked,
+                       const char *topic_expr, int bytea, int requeue_count)
 {
+    struct strbuf count;
+    strbuf_init(&count);
+    if (requeue_count)
+        strbuf_printf(&count, "(SELECT requeued FROM %s)", doorbell);
+    else
+        strbuf_puts(&count, "0::int8");
     struct strbuf sb;
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "WITH c AS ("
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
                   "  o.topic, o.payload, o.headers, o.created_at, o.attempts, o.lease_partition"
-                  " FROM unnest($4::int2[]) AS lp(part)"
+                  " FROM unnest($4::int2[], $9::int8[]) AS lp(part, floor)"
                   " CROSS JOIN LATERAL ("
                   "  SELECT * FROM %s p"
-                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part"
+                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id > lp.floor"
                   "   AND p.id <> ALL($1::int8[])%s"
                   "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
                   "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
@@ -65,11 +76,33 @@ static char *claim_sql(const char *t, const char *parked, const char *topic_expr
                   " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM s)"
                   " SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic,"
                   "  CASE WHEN sz > $7::int8 THEN NULL ELSE %s END, headers::text,"
-                  "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz"
+                  "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz, %s"
                   " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
                   t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
-                  bytea ? "encode(payload, 'hex')" : "payload::text");
+                  bytea ? "encode(payload, 'hex')" : "payload::text", count.buf);
+    strbuf_destroy(&count);
     return sb.buf;
+}
+
+void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    struct strbuf doorbell, parked;
+    strbuf_init(&doorbell);
+    strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
+    strbuf_init(&parked);
+    if (strcmp(cfg->poison_policy, "skip") != 0)
+        strbuf_printf(&parked,
+                      "   AND NOT EXISTS (SELECT 1 FROM %s f"
+                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+    free(sql->claim);
+    sql->claim = claim_sql(t, doorbell.buf, parked.buf, sql->topic_expr, bytea, requeue_count);
+    strbuf_destroy(&doorbell);
+    strbuf_destroy(&parked);
+    free(schema_q);
+    free(t);
+    free(name);
 }
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
@@ -80,33 +113,31 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->topic_expr = topic_expression(cfg->topic_template);
     struct strbuf sb;
 
-    /* Every claim starts at the bottom of each held lease partition of the pending index
-     * and skips only the rows in flight ($1, a hashed NOT IN), so a row that commits late
-     * below rows already published is still found, in id order with the later rows of its
-     * key (a key never changes partition). At most $5 rows per partition, $2 in all.
-     * Keys with a parked row wait (unless the poison policy is skip); paused topics wait;
-     * keys held back because their Kafka partition holds its share wait ($8, kshare.h).
-     * The claim is read-only: it needs no transaction id and no WAL flush. */
-    struct strbuf parked;
-    strbuf_init(&parked);
-    if (strcmp(cfg->poison_policy, "skip") != 0)
-        strbuf_printf(&parked,
-                      "   AND NOT EXISTS (SELECT 1 FROM %s f"
-                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
-    sql->claim = claim_sql(t, parked.buf, sql->topic_expr, 0);
-    sql->claim_bytea = claim_sql(t, parked.buf, sql->topic_expr, 1);
-    strbuf_destroy(&parked);
+    /* Every claim starts in each held lease partition of the pending index at that
+     * partition's proven floor ($9, aligned with $4; 0 is the bottom: floor.c) and skips
+     * only the rows in flight ($1, a hashed NOT IN), so a row that commits late below rows
+     * already published is still found, in id order with the later rows of its key (a key
+     * never changes partition). At most $5 rows per partition, $2 in all. Keys with a
+     * parked row wait (unless the poison policy is skip); paused topics wait; keys held
+     * back because their Kafka partition holds its share wait ($8, kshare.h). The claim
+     * is read-only: it needs no transaction id and no WAL flush. */
+    outbox_sql_claim(sql, cfg, 0, 0);
 
     strbuf_init(&sb);
     /* The mark also records the highest id this relay has claimed so far (rows in flight
      * included), for the duplicates estimate after a crash: one upsert of a small row per
      * mark, in the same statement, so no extra round trip or WAL flush. */
+    /* Statements on rows by id test PENDING as BY_ID_PENDING, which the planner cannot match
+     * with the pending index's predicate: they go through the primary key. With a plain
+     * status = 'PENDING' the planner may pick the pending index (few live entries in its
+     * statistics) and scan all of it, every dead entry of its head included: measured with a
+     * REPEATABLE READ transaction open for 80 s, a mark of a few hundred rows took 1-4 s. */
     if (cfg->on_sent && strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
         strbuf_printf(&sb, "WITH m AS (DELETE FROM %s"
-                           "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),", t);
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
     else
         strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
-                           "  WHERE id = ANY($1::int8[]) AND status = 'PENDING' RETURNING 1),", t);
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
     strbuf_printf(&sb,
                   " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
                   "  VALUES ($2, $3::int8)"
@@ -119,26 +150,49 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
-                  "WHERE id = $1::int8 AND status = 'PENDING'", t);
+                  "WHERE id = $1::int8 AND " BY_ID_PENDING, t);
     sql->park = sb.buf;
 
     strbuf_init(&sb);
     strbuf_printf(&sb,
-                  "UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND status = 'PENDING'", t);
+                  "UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING, t);
     sql->note_failed = sb.buf;
 
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "UPDATE %s SET attempts = attempts + 1, last_error = $2,"
                   " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
-                  "WHERE id = $1::int8 AND status = 'PENDING' RETURNING status, attempts, event_id,"
+                  "WHERE id = $1::int8 AND " BY_ID_PENDING " RETURNING status, attempts, event_id,"
                   " aggregate_id, aggregate_type, event_type,"
                   " " OUTBOX_CREATED_MS("created_at"), t);
     sql->row_failed = sb.buf;
 
+    /* Arming never waits: the doorbell row is locked by a writer that is disarming it (and
+     * rings at its commit, however late) or by another relay arming it; either way it is as
+     * good as armed, and the poll covers the rest. Waiting would stop the worker for as long
+     * as that writer's transaction stays open. */
     strbuf_init(&sb);
-    strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1", schema_q, name);
+    strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1"
+                       " WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\" FOR UPDATE SKIP LOCKED)",
+                  schema_q, name, schema_q, name);
     sql->arm = sb.buf;
+
+    /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table
+     * (every INSERT takes it before drawing its id, until its transaction ends; readers
+     * hold only ACCESS SHARE), and how many of those the last probe listed ($1) still do.
+     * One read of the lock table answers both. Prepared transactions have no pid. And the
+     * doorbell's requeue count (schema 5: the probe runs only there), for requeues that no
+     * claim saw (a claim that finds no row cannot tell). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT coalesce(array_agg(l.virtualtransaction)"
+                  "  FILTER (WHERE l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),"
+                  " count(*) FILTER (WHERE l.virtualtransaction = ANY($1::text[])),"
+                  " (SELECT requeued FROM %s.\"%s_doorbell\")"
+                  " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
+                  "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                  "  AND l.relation = '%s'::regclass", schema_q, name, t);
+    sql->floor_probe = sb.buf;
 
     sql->version = schema_version_query(cfg->table);
     /* At start-up: the version, whether row-level security would hide rows from this role
@@ -314,7 +368,7 @@ int outbox_lease_key(const char *table)
 
 void outbox_sql_destroy(struct outbox_sql *sql)
 {
-    char **all[] = {&sql->claim, &sql->claim_bytea, &sql->mark, &sql->park, &sql->note_failed,
+    char **all[] = {&sql->claim, &sql->floor_probe, &sql->mark, &sql->park, &sql->note_failed,
                     &sql->row_failed, &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
                     &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,

@@ -14,8 +14,10 @@
 struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
                             $5 limit per partition, $6 payload bytes budget, $7 largest
-                            payload fetched, $8 keys held back (kshare.h) */
-    char *claim_bytea;   /* the same for a bytea payload column (payload as hex) */
+                            payload fetched, $8 keys held back (kshare.h), $9 each
+                            partition's floor (aligned with $4): outbox_sql_claim */
+    char *floor_probe;   /* $1 transactions (virtual ids) seen writing at the last probe: those
+                            writing the table now, and how many of $1 still are (floor.c) */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
@@ -55,8 +57,9 @@ struct outbox_sql {
 enum claim_col {
     CLAIM_ID, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
     CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_ATTEMPTS,
-    CLAIM_LEASE_PARTITION, CLAIM_PAYLOAD_BYTES
+    CLAIM_LEASE_PARTITION, CLAIM_PAYLOAD_BYTES, CLAIM_REQUEUED
 };
+enum floor_probe_col { FLOOR_PROBE_WRITERS, FLOOR_PROBE_STILL_WRITING, FLOOR_PROBE_REQUEUED };
 enum start_check_col { START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE };
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
@@ -71,6 +74,9 @@ enum lease_acquire_col {
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
+/* Rebuilds the claim once the table is known: a bytea payload column is claimed as hex;
+ * requeue_count reads the doorbell's count of requeues (schema 5). */
+void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count);
 /* The table's advisory lock key (first half of the two-key form), from its name with the
  * schema made explicit, so that "outbox" and "public.outbox" are one table. */
 int outbox_lease_key(const char *table);

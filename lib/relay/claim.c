@@ -3,12 +3,20 @@
  * again, the conditional doorbell, and marking acknowledged rows SENT. */
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "relay_int.h"
 
 #define MARK_MAX_IDS 10000
+/* How often the floors' proof is advanced (one pg_locks read on the worker connection). */
+#define FLOOR_PROBE_MS 250
+/* A claim from the bottom now and then, as a safety net for rows put back below the floors
+ * by hand (an UPDATE to PENDING instead of `outbox-relay requeue`): at most every
+ * BOTTOM_EVERY_MIN_MS, and no more than 1/BOTTOM_COST_SHARE of the time it takes. */
+#define BOTTOM_EVERY_MIN_MS 10000
+#define BOTTOM_COST_SHARE 50
 
 static int claim_limit(const struct relay *r)
 {
@@ -33,10 +41,20 @@ int claim_ready(const struct relay *r)
            r->win.bytes < r->cfg->max_inflight_bytes;
 }
 
-/* Rows claimed but not produced go back: they stay PENDING and are claimed again. */
+void claim_floors_reset(struct relay *r, const char *why)
+{
+    floors_reset(&r->claim.floors);
+    r->m.floor_resets_total++;
+    log_debug("claim: floors back to the bottom (%s)", why);
+}
+
+/* Rows claimed but not produced go back: they stay PENDING and are claimed again (below
+ * the floors: the next claim reads from the bottom). */
 void claim_release(struct relay *r)
 {
     if (r->claim.res) {
+        if (r->claim.next < PQntuples(r->claim.res))
+            claim_floors_reset(r, "claimed rows put back");
         PQclear(r->claim.res);
         r->claim.res = NULL;
         pg_bytes_free(&r->claim.payloads);
@@ -105,17 +123,85 @@ void poll_init(struct relay *r)
 
 /* ---- claim --------------------------------------------------------------------- */
 
+/* Whether the claim in flight started some partition above the bottom. */
+static int claim_used_floors(const struct floor_claim *fc)
+{
+    for (int i = 0; i < fc->nparts; i++)
+        if (fc->sent[i] > 0)
+            return 1;
+    return 0;
+}
+
+/* What the claim returned, for the floors: rows and the highest id per partition, and
+ * whether its limit or byte budget cut it. */
+static void claim_shape(struct relay *r, const PGresult *res)
+{
+    struct floor_claim *fc = &r->claim.fc;
+    int n = PQntuples(res);
+    long long bytes = 0;
+    memset(fc->count, 0, sizeof(fc->count));
+    for (int i = 0; i < n; i++) {
+        int p = (int)pg_int(PQgetvalue(res, i, CLAIM_LEASE_PARTITION)) & (OUTBOX_LEASE_PARTITIONS - 1);
+        int64_t id = pg_int(PQgetvalue(res, i, CLAIM_ID));
+        fc->count[p]++;
+        fc->last[p] = id;
+        bytes += pg_int(PQgetvalue(res, i, CLAIM_PAYLOAD_BYTES));
+        if (id > r->claim.claimed_high)
+            r->claim.claimed_high = id;
+    }
+    fc->cut = n >= r->claim.limit || bytes >= r->claim.budget;
+    fc->cut_at = n ? pg_int(PQgetvalue(res, n - 1, CLAIM_ID)) : 0;
+}
+
+/* The doorbell's requeue count as a claim or a probe read it: whether it changed (rows
+ * were requeued below the floors). */
+static int requeue_count_changed(struct relay *r, long long count)
+{
+    int changed = r->claim.requeued_known && count != r->claim.requeued;
+    r->claim.requeued = count;
+    r->claim.requeued_known = 1;
+    return changed;
+}
+
+/* A requeue (the count changed in the claim's snapshot) put rows back below the floors: a
+ * claim that started above them cannot be used. Returns 1 if it was dropped. */
+static int claim_requeue_seen(struct relay *r, PGresult *res)
+{
+    if (PQntuples(res) == 0)
+        return 0; /* nothing to publish out of order; the next probe reads the count */
+    if (!requeue_count_changed(r, pg_int(PQgetvalue(res, 0, CLAIM_REQUEUED))) ||
+        !claim_used_floors(&r->claim.fc))
+        return 0;
+    log_info("claim: parked rows were requeued; claiming from the bottom");
+    claim_floors_reset(r, "requeue");
+    PQclear(res);
+    r->claim.wanted = 1;
+    return 1;
+}
+
 /* Takes ownership of res: produce.c reads the rows from it. */
 static void claim_ok(struct relay *r, PGresult *res)
 {
     r->m.claims_total++;
+    if (!claim_used_floors(&r->claim.fc)) {
+        int64_t cost = mono_ms() - r->claim.sent_ms, every = cost * BOTTOM_COST_SHARE;
+        r->claim.bottom_due_ms = mono_ms() + (every > BOTTOM_EVERY_MIN_MS ? every : BOTTOM_EVERY_MIN_MS);
+    }
+    if (r->mode == MODE_RUNNING && claim_requeue_seen(r, res))
+        return;
     int n = PQntuples(res);
+    if (r->mode == MODE_RUNNING) {
+        claim_shape(r, res);
+        if (r->claim.floors_on)
+            floors_after_claim(&r->claim.floors, &r->claim.fc);
+    }
     if (r->mode != MODE_RUNNING || n == 0)
         PQclear(res);
     if (r->mode != MODE_RUNNING)
         return;
     if (n > 0 && r->payload_bytea && pg_bytes_decode(&r->claim.payloads, res, CLAIM_PAYLOAD) != 0) {
         log_error("claim: a bytea payload did not come as hex; claiming again");
+        claim_floors_reset(r, "claim not used");
         PQclear(res);
         r->claim.wanted = 1;
         return;
@@ -183,19 +269,76 @@ void claim_send(struct relay *r)
     kshare_held_literal(&r->kshare, &held);
     char limit[16], quota[16], budget[24], largest[24];
     r->claim.quota = claim_quota(claim_limit(r), nparts);
-    snprintf(limit, sizeof(limit), "%d", claim_limit(r));
+    r->claim.limit = claim_limit(r);
+    r->claim.budget = (long long)(r->cfg->max_inflight_bytes - r->win.bytes);
+    snprintf(limit, sizeof(limit), "%d", r->claim.limit);
     snprintf(quota, sizeof(quota), "%d", r->claim.quota);
-    snprintf(budget, sizeof(budget), "%lld", (long long)(r->cfg->max_inflight_bytes - r->win.bytes));
+    snprintf(budget, sizeof(budget), "%lld", r->claim.budget);
     snprintf(largest, sizeof(largest), "%lld", sink_max_message_bytes(r->sink));
-    const char *params[8] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf};
-    if (worker_send(r, &claim_stmt, r->payload_bytea ? r->sql.claim_bytea : r->sql.claim, 8, params) == 0) {
+    /* each partition's floor, in the order of $4 (ascending, as lease_active_literal) */
+    struct floor_claim *fc = &r->claim.fc;
+    int bottom = !r->claim.floors_on || mono_ms() >= r->claim.bottom_due_ms;
+    struct strbuf floors;
+    strbuf_init(&floors);
+    pgarray_open(&floors);
+    fc->nparts = 0;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
+        if (r->lease.part[p].state != LEASE_ACTIVE)
+            continue;
+        fc->parts[fc->nparts] = p;
+        fc->sent[fc->nparts] = bottom ? 0 : r->claim.floors.at[p];
+        pgarray_int(&floors, fc->sent[fc->nparts]);
+        fc->nparts++;
+    }
+    pgarray_close(&floors);
+    fc->proven = r->claim.floors.proven;
+    fc->epoch = r->claim.floors.epoch;
+    fc->quota = r->claim.quota;
+    const char *params[9] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf,
+                             floors.buf};
+    if (worker_send(r, &claim_stmt, r->sql.claim, 9, params) == 0) {
         r->claim.wanted = 0;
+        r->claim.sent_ms = mono_ms();
+        if (!claim_used_floors(fc))
+            r->m.claims_from_bottom_total++;
         ev_timer_stop(r->loop, &r->poll.timer);
     }
+    strbuf_destroy(&floors);
     strbuf_destroy(&parts);
     strbuf_destroy(&ids);
     strbuf_destroy(&paused);
     strbuf_destroy(&held);
+}
+
+/* ---- the floors' proof (floor.h) -------------------------------------------------- */
+
+int floor_probe_due(const struct relay *r)
+{
+    return r->claim.floors_on && r->mode == MODE_RUNNING && mono_ms() >= r->claim.probe_due_ms;
+}
+
+static void probe_ok(struct relay *r, PGresult *res)
+{
+    if (PQntuples(res) != 1)
+        return;
+    floors_probe_result(&r->claim.floors, r->claim.probe_high,
+                        PQgetvalue(res, 0, FLOOR_PROBE_WRITERS),
+                        (long)pg_int(PQgetvalue(res, 0, FLOOR_PROBE_STILL_WRITING)));
+    if (requeue_count_changed(r, pg_int(PQgetvalue(res, 0, FLOOR_PROBE_REQUEUED)))) {
+        log_info("claim: parked rows were requeued; claiming from the bottom");
+        claim_floors_reset(r, "requeue");
+        r->claim.wanted = 1;
+    }
+}
+
+static const struct worker_stmt probe_stmt = {.what = "floor probe", .on_ok = probe_ok};
+
+void floor_probe_send(struct relay *r)
+{
+    r->claim.probe_due_ms = mono_ms() + FLOOR_PROBE_MS;
+    r->claim.probe_high = r->claim.claimed_high;
+    const char *params[1] = {r->claim.floors.writers ? r->claim.floors.writers : "{}"};
+    worker_send(r, &probe_stmt, r->sql.floor_probe, 1, params);
 }
 
 /* ---- mark ---------------------------------------------------------------------- */

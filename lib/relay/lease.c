@@ -231,6 +231,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
             PQgetvalue(res, i, LEASE_ACQUIRE_LAST_HOLDER), r->lease.incarnation);
         int64_t wait = clean ? 0 : r->lease.grace_ms;
         r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
+        r->claim.floors.at[p] = 0; /* another relay may have left rows anywhere in it */
         snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s/%s", p,
                  PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN), r->lease.incarnation);
         r->lease.part[p].publish_from_ms = now + wait;

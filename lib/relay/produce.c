@@ -168,6 +168,7 @@ void produce_left(struct relay *r, struct inflight_row *row)
     if (freed) {
         log_info("kafka: partition %d of %s drained; its %d held keys are claimed again",
                  kshare_partition(row->kslot), kshare_topic(&r->kshare, row->kslot), freed);
+        claim_floors_reset(r, "held keys released"); /* their rows lie below the floors */
         r->claim.wanted = 1;
     }
     row->kslot = -1;

@@ -42,7 +42,10 @@ static void kick(struct relay *r)
     }
     if (worker_busy(r) || !pgconn_idle(r->worker) || ev_is_active(&r->retry_timer))
         return;
+    size_t paused = r->paused.n;
     pauses_expire(&r->paused, mono_ms(), log_resumed);
+    if (r->paused.n < paused)
+        claim_floors_reset(r, "a paused topic resumed"); /* its rows lie below the floors */
     if (!r->schema_ok) {
         worker_send_version(r);
     } else if (r->poison.n_updates) {
@@ -60,6 +63,8 @@ static void kick(struct relay *r)
         reset_send_note_failed(r);
     } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
         doorbell_send_arm(r);
+    } else if (floor_probe_due(r)) {
+        floor_probe_send(r);
     } else if (claim_ready(r)) {
         r->claim.last_was_mark = 0;
         claim_send(r);
@@ -186,6 +191,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     metrics_init(&r->m);
     r->m.table = cfg->table;
     outbox_sql_init(&r->sql, cfg);
+    floors_init(&r->claim.floors);
     poll_init(r);
     /* A Kafka partition may hold a quarter of the window (rows and bytes), at least a claim. */
     kshare_init(&r->kshare, cfg->max_inflight / 4 > cfg->batch_size ? cfg->max_inflight / 4 : cfg->batch_size,
@@ -269,6 +275,7 @@ void relay_free(struct relay *r)
     window_destroy(&r->win);
     pauses_destroy(&r->paused);
     kshare_destroy(&r->kshare);
+    floors_destroy(&r->claim.floors);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

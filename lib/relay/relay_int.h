@@ -17,6 +17,7 @@
 
 #include "backoff.h"
 #include "config.h"
+#include "floor.h"
 #include "http.h"
 #include "kshare.h"
 #include "lease.h"
@@ -45,6 +46,19 @@ struct claim_state {
     int wanted;
     int last_was_mark;   /* the previous worker statement was a mark */
     struct pg_bytes payloads; /* res's payloads decoded, when the column is bytea */
+    long long budget;    /* the byte budget the claim in flight was sent with */
+    int limit;           /* its row limit */
+    int64_t sent_ms;     /* monotonic */
+    /* Proven floors (floor.h): off on a schema without the requeue count (before 5). */
+    int floors_on;
+    struct floors floors;
+    struct floor_claim fc;     /* the claim in flight */
+    int64_t claimed_high;      /* the highest id ever claimed */
+    int64_t probe_high;        /* claimed_high when the probe in flight was sent */
+    int64_t probe_due_ms;      /* monotonic */
+    int64_t bottom_due_ms;     /* the next claim from the bottom (a safety net), monotonic */
+    long long requeued;        /* the doorbell's requeue count the last claim saw */
+    int requeued_known;
 };
 
 /* claim.c: the adaptive poll and the conditional doorbell. */
@@ -177,6 +191,11 @@ void worker_send_version(struct relay *r);
 int claim_quota(int limit, int nparts);
 int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
+/* Rows were put back below the floors: the next claim reads every partition from the bottom. */
+void claim_floors_reset(struct relay *r, const char *why);
+/* The floors' proof: due every FLOOR_PROBE_MS while running (schema 5 and later). */
+int floor_probe_due(const struct relay *r);
+void floor_probe_send(struct relay *r);
 void claim_back_off(struct relay *r);
 void claim_send(struct relay *r);
 void mark_send(struct relay *r);

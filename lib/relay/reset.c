@@ -9,6 +9,7 @@
 void reset_start(struct relay *r, const char *reason)
 {
     snprintf(r->reset.last_failure, sizeof(r->reset.last_failure), "%s", reason);
+    claim_floors_reset(r, reason); /* rows in flight go back below the floors */
     if (r->mode != MODE_RUNNING)
         return;
     r->mode = MODE_RESETTING;

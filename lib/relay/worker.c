@@ -71,6 +71,9 @@ static void version_result(struct relay *r, PGresult *res)
         const char *ptype = PQgetisnull(res, 0, START_CHECK_PAYLOAD_TYPE)
                                 ? "none" : PQgetvalue(res, 0, START_CHECK_PAYLOAD_TYPE);
         r->payload_bytea = strcmp(ptype, "bytea") == 0;
+        /* the requeue count (schema 5) makes claims above the floors safe */
+        r->claim.floors_on = have >= 5;
+        outbox_sql_claim(&r->sql, r->cfg, r->payload_bytea, r->claim.floors_on);
         if (!r->schema_logged)
             log_info("schema: %s at version %d%s; payload %s", r->cfg->table, have,
                      have < schema_version() ? " (the previous one: this relay runs on it; "
