@@ -4,7 +4,9 @@
 #   1. ceiling     the PostgreSQL-only cost of the relay's own claim and mark statements
 #   2. throughput  the relay draining a backlog (1 KB JSON payloads, 10,000 keys) into Kafka
 #   3. latency     commit -> consumed at a steady 2,000 events/s from 8 concurrent writers
-#   4. writers     writer tps (8 clients, one outbox row per transaction) with vs without relay
+#   4. writers     writer tps (8 clients, one outbox row per transaction) with vs without relay,
+#                  and against a Debezium-layout table (uuid key, four text columns, jsonb
+#                  payload, no trigger) with nothing running: writer_vs_plain
 #   5. cost        relay CPU per event, peak RSS with the backlog, CPU while idle
 #   6. growth      drain throughput over the first vs the last 10% of events through one table
 # Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller; --smoke
@@ -13,7 +15,8 @@
 #   the drain is judged against the ceiling of the same statement: mark, or delete)
 # The last line is:
 #   RESULT ceiling_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
-#          cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=.. wal_ratio=.. on_sent=..
+#          writer_vs_plain=.. cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=..
+#          wal_ratio=.. on_sent=..
 # (wal_ratio: WAL the relay writes per event while draining / WAL of the writer's insert)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +65,19 @@ BEGIN;
 SET LOCAL synchronous_commit = off;
 UPDATE aggregate SET version = version + 1 WHERE id = :k;
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
+COMMIT;
+SQL
+# The same writers on a table of Debezium's outbox layout, with nothing reading it.
+psqlc "CREATE TABLE plain_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+         tracingspancontext text, payload jsonb)"
+cat >"$out/writer-plain.sql" <<'SQL'
+\set k random(1, 10000)
+BEGIN;
+SET LOCAL synchronous_commit = off;
+UPDATE aggregate SET version = version + 1 WHERE id = :k;
+INSERT INTO plain_outbox (aggregatetype, aggregateid, type, payload)
   VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
 COMMIT;
 SQL
@@ -166,14 +182,18 @@ for run in $(seq 1 $REPEATS); do
 
     say "run $run/$REPEATS: writer tps with and without the relay, $WRITER_S s each"
     pgb() { "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -T "$WRITER_S" \
-        -f "$out/writer.sql" bench 2>&1 | awk '/^tps/ { print $3; exit }'; }
+        -f "${1:-$out/writer.sql}" bench 2>&1 | awk '/^tps/ { print $3; exit }'; }
     with=$(pgb)
     kill_relay
     psqlc "VACUUM outbox"
     without=$(pgb)
+    psqlc "TRUNCATE plain_outbox"
+    psqlc "VACUUM aggregate"
+    plain=$(pgb "$out/writer-plain.sql")
     awk -v a="$with" -v b="$without" 'BEGIN { printf "%.3f\n", a / b }' >>"$out/writer.txt"
-    say "writer tps: $with with the relay, $without without"
-    echo "$with $without" >>"$out/writer-tps.txt"
+    awk -v a="$with" -v b="$plain" 'BEGIN { printf "%.3f\n", a / b }' >>"$out/writer-plain.txt"
+    say "writer tps: $with with the relay, $without without, $plain on a Debezium-layout table alone"
+    echo "$with $without $plain" >>"$out/writer-tps.txt"
 done
 
 say "growth: $GROWTH events through one table in 10 chunks"
@@ -227,6 +247,7 @@ p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
 p999=$(sed -n 's/.*p999_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
 e2e_p99=$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' "$out"/latency-*.txt | median)
 writer=$(median <"$out/writer.txt")
+writer_vs_plain=$(median <"$out/writer-plain.txt")
 cpu=$(median <"$out/cpu.txt")
 rss=$(median <"$out/rss.txt")
 idle=$(median <"$out/idle.txt")
@@ -240,4 +261,4 @@ say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
 bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
 echo "RELAYS one_eps=$throughput three_eps=$three"
-echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio on_sent=$on_sent"
+echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer writer_vs_plain=$writer_vs_plain cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio on_sent=$on_sent"

@@ -5,7 +5,7 @@
 # outbox_claims_from_bottom_total), and the floors never pass a row that may still commit:
 # a writer that inserted a row and stays open meanwhile (it holds the proof back) has its
 # row published when it commits, before the next row of its key, with nothing lost or out
-# of order among 12,000 other events. A requeued row (parked, then `outbox-relay requeue`)
+# of order among 8,000 other events. A requeued row (parked, then `outbox-relay requeue`)
 # lies below the floors: it is still published before the later rows of its key. And a
 # writer that rang the idle relay's doorbell and stays open does not make the next writer
 # wait for it (the doorbell's row lock, before schema 5).
@@ -50,14 +50,14 @@ stalled=$!
 # a poison row of key bad (a topic name Kafka refuses) and a later row of the same key
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload) VALUES ('order', 'bad', 'E', 'no spaces allowed', '{\"n\": 1}')"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'bad', 'E', '{\"n\": 2}')"
-writers 4 1500 50 order
+writers 4 1000 50 order
 wait "$stalled" || fail "the stalled writer failed"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'late', 'E', '{\"n\": 2}')"
 # (while the stalled writer was open its row held the floors back, as it must; from now on
 # only the reader is open)
 exported main outbox_claims_from_bottom_total || fail "no outbox_claims_from_bottom_total"
 b0=$(metric main outbox_claims_from_bottom_total) c0=$(metric main outbox_claims_total)
-writers 4 1500 50 order
+writers 4 1000 50 order
 parked() { [ "$(count_status FAILED)" = 1 ] && [ "$(count_where "status = 'PENDING' AND aggregate_id <> 'bad'")" = 0 ]; }
 wait_until 60 "every row but key bad's SENT, its first parked" parked
 b1=$(metric main outbox_claims_from_bottom_total) c1=$(metric main outbox_claims_total)
