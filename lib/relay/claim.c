@@ -12,11 +12,17 @@
 #define MARK_MAX_IDS 10000
 /* How often the floors' proof is advanced (one pg_locks read on the worker connection). */
 #define FLOOR_PROBE_MS 250
-/* A claim from the bottom now and then, as a safety net for rows put back below the floors
- * by hand (an UPDATE to PENDING instead of `outbox-relay requeue`): at most every
- * BOTTOM_EVERY_MIN_MS, and no more than 1/BOTTOM_COST_SHARE of the time it takes. */
-#define BOTTOM_EVERY_MIN_MS 10000
-#define BOTTOM_COST_SHARE 50
+/* Reading a partition from the bottom walks its whole dead head, which a long transaction
+ * can make long: a claim that took seconds would outlast the lease deadline (no answer on
+ * the worker session), lose the leases, reset the floors and start over. So a claim reads
+ * at most bottom_k partitions from the bottom (the others that need it wait for a later
+ * claim, in turn), bottom_k chosen from the last such claim so that it takes about
+ * BOTTOM_TARGET_MS; partitions above their floors are in every claim. */
+#define BOTTOM_TARGET_MS 300
+/* One partition in turn is read from the bottom every SAFETY_PASS_MS (64 s for all of
+ * them), a safety net for rows put back below the floors by hand (an UPDATE to PENDING
+ * instead of `outbox-relay requeue`). */
+#define SAFETY_PASS_MS 1000
 
 static int claim_limit(const struct relay *r)
 {
@@ -183,9 +189,10 @@ static int claim_requeue_seen(struct relay *r, PGresult *res)
 static void claim_ok(struct relay *r, PGresult *res)
 {
     r->m.claims_total++;
-    if (!claim_used_floors(&r->claim.fc)) {
-        int64_t cost = mono_ms() - r->claim.sent_ms, every = cost * BOTTOM_COST_SHARE;
-        r->claim.bottom_due_ms = mono_ms() + (every > BOTTOM_EVERY_MIN_MS ? every : BOTTOM_EVERY_MIN_MS);
+    if (r->claim.fc_bottom > 0) { /* partitions per claim from the bottom, for BOTTOM_TARGET_MS */
+        int64_t per = (mono_ms() - r->claim.sent_ms) / r->claim.fc_bottom;
+        int64_t k = BOTTOM_TARGET_MS / (per > 0 ? per : 1);
+        r->claim.bottom_k = k < 1 ? 1 : k > OUTBOX_LEASE_PARTITIONS ? OUTBOX_LEASE_PARTITIONS : (int)k;
     }
     if (r->mode == MODE_RUNNING && claim_requeue_seen(r, res))
         return;
@@ -211,7 +218,8 @@ static void claim_ok(struct relay *r, PGresult *res)
             log_info("relay: nothing left to isolate; back to batches");
             r->reset.isolate_until_id = 0;
         }
-        poll_after_claim(r, 0, claim_limit(r));
+        /* partitions left out of this claim (their turn to read from the bottom) go next */
+        poll_after_claim(r, r->claim.fc_skipped ? claim_limit(r) : 0, claim_limit(r));
         return;
     }
     struct inflight_row *add = xmalloc((size_t)n * sizeof(*add));
@@ -239,7 +247,7 @@ static void claim_ok(struct relay *r, PGresult *res)
               PQgetvalue(res, n - 1, CLAIM_ID), r->win.n);
     r->claim.res = res;
     r->claim.next = 0;
-    poll_after_claim(r, quota_hit ? claim_limit(r) : n, claim_limit(r));
+    poll_after_claim(r, quota_hit || r->claim.fc_skipped ? claim_limit(r) : n, claim_limit(r));
 }
 
 static void claim_fail(struct relay *r, PGresult *res)
@@ -252,6 +260,18 @@ static void claim_fail(struct relay *r, PGresult *res)
 static const struct worker_stmt claim_stmt = {
     .what = "claim", .on_ok = claim_ok, .on_fail = claim_fail, .keeps_result = 1};
 
+void claim_connection_lost(struct relay *r)
+{
+    /* a claim from the bottom outlasted the worker session (the lease deadline): read fewer
+     * partitions from the bottom per claim from now on */
+    if (r->stmt == &claim_stmt && r->claim.fc_bottom > 0) {
+        r->claim.bottom_k = r->claim.fc_bottom / 4 > 1 ? r->claim.fc_bottom / 4 : 1;
+        log_warn("claim: reading %d partitions from the bottom took too long; %d per claim from "
+                 "now on (a long transaction keeps the pending index's dead head)",
+                 r->claim.fc_bottom, r->claim.bottom_k);
+    }
+}
+
 void claim_send(struct relay *r)
 {
     struct strbuf ids, paused, parts, held;
@@ -261,6 +281,52 @@ void claim_send(struct relay *r)
         strbuf_destroy(&parts);
         return; /* no partition to publish yet (grace, or none held) */
     }
+    /* The partitions of this claim and where each starts: every active one above its floor,
+     * at most bottom_k from the bottom (in turn, from bottom_next), and one in turn from the
+     * bottom every SAFETY_PASS_MS. */
+    struct floor_claim *fc = &r->claim.fc;
+    if (!r->claim.bottom_k)
+        r->claim.bottom_k = OUTBOX_LEASE_PARTITIONS; /* until a claim shows they are dear */
+    int safety = -1, from_bottom = r->claim.bottom_k, last_bottom = -1;
+    if (r->claim.floors_on && mono_ms() >= r->claim.safety_due_ms) {
+        r->claim.safety_due_ms = mono_ms() + SAFETY_PASS_MS;
+        safety = r->claim.safety_next++ % OUTBOX_LEASE_PARTITIONS;
+    }
+    struct strbuf floors;
+    strbuf_init(&floors);
+    strbuf_reset(&parts);
+    pgarray_open(&parts);
+    pgarray_open(&floors);
+    fc->nparts = 0;
+    r->claim.fc_bottom = 0;
+    r->claim.fc_skipped = 0;
+    for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++) {
+        int p = (r->claim.bottom_next + i) % OUTBOX_LEASE_PARTITIONS;
+        if (r->lease.part[p].state != LEASE_ACTIVE)
+            continue;
+        int64_t from = r->claim.floors_on ? r->claim.floors.at[p] : 0;
+        if (p == safety && from_bottom > 0)
+            from = 0;
+        if (from == 0) {
+            if (from_bottom == 0) {
+                r->claim.fc_skipped = 1;
+                continue; /* its turn comes in a later claim, at once */
+            }
+            from_bottom--;
+            r->claim.fc_bottom++;
+            last_bottom = p;
+        }
+        fc->parts[fc->nparts] = p;
+        fc->sent[fc->nparts] = from;
+        pgarray_int(&parts, p);
+        pgarray_int(&floors, from);
+        fc->nparts++;
+    }
+    pgarray_close(&parts);
+    pgarray_close(&floors);
+    if (last_bottom >= 0 && from_bottom == 0)
+        r->claim.bottom_next = (last_bottom + 1) % OUTBOX_LEASE_PARTITIONS;
+    nparts = fc->nparts;
     strbuf_init(&ids);
     strbuf_init(&paused);
     strbuf_init(&held);
@@ -275,22 +341,6 @@ void claim_send(struct relay *r)
     snprintf(quota, sizeof(quota), "%d", r->claim.quota);
     snprintf(budget, sizeof(budget), "%lld", r->claim.budget);
     snprintf(largest, sizeof(largest), "%lld", sink_max_message_bytes(r->sink));
-    /* each partition's floor, in the order of $4 (ascending, as lease_active_literal) */
-    struct floor_claim *fc = &r->claim.fc;
-    int bottom = !r->claim.floors_on || mono_ms() >= r->claim.bottom_due_ms;
-    struct strbuf floors;
-    strbuf_init(&floors);
-    pgarray_open(&floors);
-    fc->nparts = 0;
-    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
-        if (r->lease.part[p].state != LEASE_ACTIVE)
-            continue;
-        fc->parts[fc->nparts] = p;
-        fc->sent[fc->nparts] = bottom ? 0 : r->claim.floors.at[p];
-        pgarray_int(&floors, fc->sent[fc->nparts]);
-        fc->nparts++;
-    }
-    pgarray_close(&floors);
     fc->proven = r->claim.floors.proven;
     fc->epoch = r->claim.floors.epoch;
     fc->quota = r->claim.quota;

@@ -56,7 +56,12 @@ struct claim_state {
     int64_t claimed_high;      /* the highest id ever claimed */
     int64_t probe_high;        /* claimed_high when the probe in flight was sent */
     int64_t probe_due_ms;      /* monotonic */
-    int64_t bottom_due_ms;     /* the next claim from the bottom (a safety net), monotonic */
+    int bottom_k;              /* partitions a claim may read from the bottom (claim.c) */
+    int bottom_next;           /* where the next claim looks first for those */
+    int fc_bottom;             /* how many the claim in flight reads from the bottom */
+    int fc_skipped;            /* it left out partitions that wait for their turn */
+    int safety_next;           /* the next partition of the safety pass */
+    int64_t safety_due_ms;     /* monotonic */
     long long requeued;        /* the doorbell's requeue count the last claim saw */
     int requeued_known;
 };
@@ -193,6 +198,9 @@ int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
 /* Rows were put back below the floors: the next claim reads every partition from the bottom. */
 void claim_floors_reset(struct relay *r, const char *why);
+/* The worker session was lost (before lease_lose_all): a claim in flight that read
+ * partitions from the bottom is why, perhaps; fewer of them per claim from now on. */
+void claim_connection_lost(struct relay *r);
 /* The floors' proof: due every FLOOR_PROBE_MS while running (schema 5 and later). */
 int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);
