@@ -1,6 +1,7 @@
-/* Claiming and marking: the claim statement (per lease partition, in id order, in-flight
- * rows excluded, a quota per partition), the adaptive poll that decides when to claim
- * again, the conditional doorbell, and marking acknowledged rows SENT. */
+/* Claiming and marking: the claim statement (per lease partition from its proven floor, in
+ * id order, in-flight rows excluded, a quota per partition), the probe that advances the
+ * floors' proof (floor.h), the adaptive poll that decides when to claim again, the
+ * conditional doorbell, and marking acknowledged rows SENT. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
