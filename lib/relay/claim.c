@@ -253,25 +253,20 @@ static void claim_ok(struct relay *r, PGresult *res)
 
 static void claim_fail(struct relay *r, PGresult *res)
 {
-    (void)res;
+    /* No answer at all: the worker session was dropped under the claim, as when a claim
+     * that read partitions from the bottom outlasted the lease deadline. Read fewer of
+     * them per claim from now on (a long transaction keeps the pending index's dead head). */
+    if (!res && r->claim.fc_bottom > 0) {
+        r->claim.bottom_k = r->claim.fc_bottom / 4 > 1 ? r->claim.fc_bottom / 4 : 1;
+        log_warn("claim: the session was lost while %d partitions were read from the bottom; "
+                 "%d per claim from now on", r->claim.fc_bottom, r->claim.bottom_k);
+    }
     r->m.claims_total++;
     r->claim.wanted = 1;
 }
 
 static const struct worker_stmt claim_stmt = {
     .what = "claim", .on_ok = claim_ok, .on_fail = claim_fail, .keeps_result = 1};
-
-void claim_connection_lost(struct relay *r)
-{
-    /* a claim from the bottom outlasted the worker session (the lease deadline): read fewer
-     * partitions from the bottom per claim from now on */
-    if (r->stmt == &claim_stmt && r->claim.fc_bottom > 0) {
-        r->claim.bottom_k = r->claim.fc_bottom / 4 > 1 ? r->claim.fc_bottom / 4 : 1;
-        log_warn("claim: reading %d partitions from the bottom took too long; %d per claim from "
-                 "now on (a long transaction keeps the pending index's dead head)",
-                 r->claim.fc_bottom, r->claim.bottom_k);
-    }
-}
 
 void claim_send(struct relay *r)
 {

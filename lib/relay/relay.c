@@ -121,7 +121,6 @@ static void worker_ready(void *ctx)
 static void worker_lost(void *ctx, const char *why)
 {
     struct relay *r = ctx;
-    claim_connection_lost(r);
     r->stmt = NULL;
     r->m.pg_reconnects_total++;
     lease_lose_all(r, why); /* the session's advisory locks are gone with it */

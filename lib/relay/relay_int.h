@@ -198,9 +198,6 @@ int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
 /* Rows were put back below the floors: the next claim reads every partition from the bottom. */
 void claim_floors_reset(struct relay *r, const char *why);
-/* The worker session was lost (before lease_lose_all): a claim in flight that read
- * partitions from the bottom is why, perhaps; fewer of them per claim from now on. */
-void claim_connection_lost(struct relay *r);
 /* The floors' proof: due every FLOOR_PROBE_MS while running (schema 5 and later). */
 int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);

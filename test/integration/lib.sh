@@ -192,7 +192,10 @@ all_sent() { [ "$(count_status PENDING)" = 0 ] && [ "$(count_status FAILED)" = 0
 # rule (lock the aggregate row, then insert the outbox row, in one transaction).
 writers() {
     local clients=$1 tx=$2 keys=$3 agg=${4:-order}
-    psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, $keys) g ON CONFLICT DO NOTHING"
+    # (rows that exist are not inserted again: ON CONFLICT alone would wait for a transaction
+    # holding one of them, as late_commit's late writers do)
+    psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, $keys) g
+           WHERE NOT EXISTS (SELECT FROM aggregate a WHERE a.id = 'k' || g) ON CONFLICT DO NOTHING"
     cat >"$WORK/writer.sql" <<SQL
 \set k random(1, $keys)
 BEGIN;
