@@ -14,10 +14,12 @@ setup_db
 start_relay main >/dev/null
 setup_inbox_db
 start_inbox consumer
-wait_until 20 "the relay's /metrics" curl -sf "http://127.0.0.1:$(http_port main)/metrics" -o "$WORK/relay.metrics"
-wait_until 20 "the inbox's /metrics" curl -sf "http://127.0.0.1:$(http_port consumer)/metrics" -o "$WORK/inbox.metrics"
+# (both serve the snapshot their loop refreshes every 0.5 s: the first may still be empty)
+scraped() { curl -sf "http://127.0.0.1:$(http_port "$1")/metrics" -o "$WORK/$1.metrics" && grep -q "^# TYPE $2" "$WORK/$1.metrics"; }
+wait_until 20 "the relay's /metrics" scraped main outbox_
+wait_until 20 "the inbox's /metrics" scraped consumer inbox_
 # exported names; a histogram NAME also exports NAME_bucket, NAME_sum, NAME_count
-cat "$WORK/relay.metrics" "$WORK/inbox.metrics" | awk '/^# TYPE / {
+cat "$WORK/main.metrics" "$WORK/consumer.metrics" | awk '/^# TYPE / {
     print $3; if ($4 == "histogram") { print $3 "_bucket"; print $3 "_sum"; print $3 "_count" } }' |
     sort -u >"$WORK/exported.txt"
 log "$(wc -l <"$WORK/exported.txt") names exported by a running relay and inbox"
