@@ -59,28 +59,24 @@ psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 
        INSERT INTO aggregate SELECT g FROM generate_series(1, 10000) g"
 # Writers commit with synchronous_commit=off so that the latency figure measures the relay,
 # not the disk's fsync queue (created_at is then the commit time within a millisecond).
-cat >"$out/writer.sql" <<'SQL'
-\set k random(1, 10000)
+# writer_sql FILE INSERT: one event per transaction, the aggregate row locked first.
+writer_sql() {
+    cat >"$1" <<SQL
+\\set k random(1, 10000)
 BEGIN;
 SET LOCAL synchronous_commit = off;
 UPDATE aggregate SET version = version + 1 WHERE id = :k;
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+$2
   VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
 COMMIT;
 SQL
+}
+writer_sql "$out/writer.sql" "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)"
 # The same writers on a table of Debezium's outbox layout, with nothing reading it.
 psqlc "CREATE TABLE plain_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
          aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
          tracingspancontext text, payload jsonb)"
-cat >"$out/writer-plain.sql" <<'SQL'
-\set k random(1, 10000)
-BEGIN;
-SET LOCAL synchronous_commit = off;
-UPDATE aggregate SET version = version + 1 WHERE id = :k;
-INSERT INTO plain_outbox (aggregatetype, aggregateid, type, payload)
-  VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
-COMMIT;
-SQL
+writer_sql "$out/writer-plain.sql" "INSERT INTO plain_outbox (aggregatetype, aggregateid, type, payload)"
 
 relay_pid=
 start_relay() { # [port] [name]
