@@ -15,9 +15,12 @@
 #   the drain is judged against the ceiling of the same statement: mark, or delete)
 # The last line is:
 #   RESULT ceiling_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
-#          writer_vs_plain=.. cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=..
-#          wal_ratio=.. on_sent=..
-# (wal_ratio: WAL the relay writes per event while draining / WAL of the writer's insert)
+#          writer_vs_plain=.. cpu_us_per_event=.. steady_cpu_us_per_event=.. rss_mb=.. idle_cpu_pct=.. growth_ratio=..
+#          wal_ratio=.. pg_cpu_us_per_event=.. naive_eps=.. naive_ratio=.. first_msg_ms=.. on_sent=..
+# (wal_ratio: WAL the relay writes per event while draining / WAL of the writer's insert;
+#  pg_cpu_us_per_event: PostgreSQL's CPU over the drain per event; naive_ratio: the drain
+#  against bench/naive_relay.py, the pinned hand-written poller, on the same backlog;
+#  first_msg_ms: commit -> marked of the first event to a topic the relay has not used yet)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ $quick = 2 ]; then # CI's smoke run: every stage once, small
-    N=50000 GROWTH=50000 LAT_S=10 WRITER_S=5 IDLE_S=5 REPEATS=1
+    N=20000 GROWTH=20000 LAT_S=5 WRITER_S=3 IDLE_S=3 REPEATS=1
 elif [ $quick = 1 ]; then
     N=100000 GROWTH=150000 LAT_S=15 WRITER_S=8 IDLE_S=10 REPEATS=1
 else
@@ -44,7 +47,7 @@ mkdir -p "$out"
 say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 . scripts/common.sh
-RELAYTEST_EXTRA_PACKAGES=gnuplot-nox common_setup
+RELAYTEST_EXTRA_PACKAGES="gnuplot-nox python3-psycopg2 python3-confluent-kafka" common_setup
 relay_bin=$src/build/outbox-relay
 export PG_DURABLE=1
 trap 'kill_relay; servers_stop' EXIT
@@ -55,6 +58,12 @@ http_port=$((RELAYTEST_KAFKA_PORT + 7))
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 "$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "CREATE DATABASE bench"
 OUTBOX_PG_DSN=$dsn "$relay_bin" migrate >/dev/null 2>&1
+psqlc "CREATE FUNCTION bench_wait_sent(row_id bigint) RETURNS void LANGUAGE plpgsql AS \$\$
+       BEGIN -- returns once the row is no longer pending (marked or deleted)
+         WHILE EXISTS (SELECT 1 FROM outbox WHERE id = row_id AND (status || '') = 'PENDING') LOOP
+           PERFORM pg_sleep(0.001);
+         END LOOP;
+       END \$\$"
 psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
        INSERT INTO aggregate SELECT g FROM generate_series(1, 10000) g"
 # Writers commit with synchronous_commit=off so that the latency figure measures the relay,
@@ -97,6 +106,17 @@ kill_relay() {
 metric() { metric_at "http://127.0.0.1:$http_port/metrics" "$1"; }
 marked() { metric outbox_marked_total; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# CPU ticks of the whole PostgreSQL server: the postmaster, its live children and the children
+# that have exited (the postmaster's cutime + cstime: autovacuum workers, ended sessions)
+pg_ticks() {
+    local pm t=0 c
+    pm=$(head -1 "$RELAYTEST_PG_DIR/data/postmaster.pid")
+    t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")
+    for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+        c=$(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null) && t=$((t + c))
+    done
+    echo "$t"
+}
 tick_hz=$(getconf CLK_TCK)
 backlog() { # rows: a backlog of 1 KB JSON rows over 10,000 keys, vacuumed and analysed
     psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
@@ -108,6 +128,41 @@ backlog() { # rows: a backlog of 1 KB JSON rows over 10,000 keys, vacuumed and a
 # WAL positions (the insert position: what was written, flushed or not)
 wal_lsn() { psqlc "SELECT pg_current_wal_insert_lsn()"; }
 wal_bytes() { psqlc "SELECT '$2'::pg_lsn - '$1'::pg_lsn"; }
+# first_message_ms TYPE: commits one event of aggregate type TYPE and prints the milliseconds
+# until the relay has it acknowledged and marked (or deleted): an upper bound of commit -> ack.
+first_message_ms() {
+    "$PG_BIN/psql" -X -q -At "$dsn" <<SQL
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+  VALUES ('$1', 'k1', 'Created', '{}') RETURNING id AS first_id, clock_timestamp() AS first_t0 \\gset
+SELECT bench_wait_sent(:first_id);
+SELECT round(extract(epoch FROM clock_timestamp() - :'first_t0') * 1000);
+SQL
+}
+# naive_drain: the pinned hand-written poller (bench/naive_relay.py, its defaults) drains a
+# backlog of N rows like the relay's on its own table in database bench_naive; prints events/s
+# from its connection's start to the last row's sent_at (both PostgreSQL's clock).
+naive_drain() {
+    local ndsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=bench_naive" pid t0=""
+    "$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" \
+        -c "DROP DATABASE IF EXISTS bench_naive" -c "CREATE DATABASE bench_naive" >&2
+    OUTBOX_PG_DSN=$ndsn /usr/bin/python3 bench/naive_relay.py migrate
+    "$PG_BIN/psql" -X -q -At "$ndsn" -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+           SELECT 'bench', 'k' || (g % 10000), 'Created', jsonb_build_object('seq', g, 'pad', repeat(md5(g::text), 30))
+           FROM generate_series(1, $N) g" -c "VACUUM ANALYZE outbox" >&2
+    OUTBOX_PG_DSN=$ndsn OUTBOX_KAFKA_BOOTSTRAP_SERVERS=$bootstrap /usr/bin/python3 bench/naive_relay.py >>"$out/naive.log" 2>&1 &
+    pid=$!
+    while [ -z "$t0" ]; do
+        t0=$(psqlc "SELECT extract(epoch FROM backend_start) FROM pg_stat_activity
+                    WHERE datname = 'bench_naive' AND backend_type = 'client backend'")
+        [ -n "$t0" ] || sleep 0.02
+    done
+    while [ "$("$PG_BIN/psql" -X -q -At "$ndsn" -c "SELECT EXISTS (SELECT 1 FROM outbox WHERE status = 'PENDING')")" = t ]; do
+        sleep 0.25
+    done
+    kill -TERM "$pid"
+    wait "$pid" || true
+    "$PG_BIN/psql" -X -q -At "$ndsn" -c "SELECT round($N / (extract(epoch FROM max(sent_at)) - $t0)) FROM outbox"
+}
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 now() { date +%s.%N; }
 
@@ -127,6 +182,7 @@ for run in $(seq 1 $REPEATS); do
     w1=$(wal_lsn)
     start_relay
     c0=$(cpu_ticks "$relay_pid")
+    p0=$(pg_ticks)
     # The clock starts at the last moment no claim had run yet (connecting and getting a
     # producer id are not draining); the metrics snapshot lags, so this errs early.
     t0=$(now)
@@ -142,6 +198,7 @@ for run in $(seq 1 $REPEATS); do
     t1=$(now)
     w2=$(wal_lsn)
     c1=$(cpu_ticks "$relay_pid")
+    p1=$(pg_ticks)
     rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$relay_pid/status")
     # WAL per event: the writers' insert vs the relay's drain (claims, marks, its lease and
     # state rows, autovacuum if it ran meanwhile); the backlog's own VACUUM is excluded
@@ -151,7 +208,18 @@ for run in $(seq 1 $REPEATS); do
     awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f\n", n / (b - a) }' >>"$out/throughput.txt"
     awk -v n="$N" -v c="$((c1 - c0))" -v hz="$tick_hz" 'BEGIN { printf "%.2f\n", c / hz * 1e6 / n }' >>"$out/cpu.txt"
     awk -v k="$rss_kb" 'BEGIN { printf "%.1f\n", k / 1024 }' >>"$out/rss.txt"
+    # PostgreSQL's CPU over the drain: the relay's statements, plus what the server does
+    # meanwhile on its own (WAL writer, checkpointer, autovacuum) - an upper bound
+    awk -v n="$N" -v c="$((p1 - p0))" -v hz="$tick_hz" 'BEGIN { printf "%.2f\n", c / hz * 1e6 / n }' >>"$out/pg-cpu.txt"
+    say "PostgreSQL CPU over the drain: $(tail -1 "$out/pg-cpu.txt") us/event"
     say "drained in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+
+    say "run $run/$REPEATS: the first event to a topic the relay has not produced to yet"
+    fresh="fresh$run$$"
+    ./build/test/kafka-admin --bootstrap "$bootstrap" create-topic "bench.$fresh" 3
+    sleep 1
+    first_message_ms "$fresh" >>"$out/first.txt"
+    say "first event to bench.$fresh: $(tail -1 "$out/first.txt") ms from commit to acknowledged (and marked)"
 
     say "run $run/$REPEATS: idle CPU for $IDLE_S s"
     sleep 2
@@ -165,9 +233,15 @@ for run in $(seq 1 $REPEATS); do
     ./build/bench/e2e-latency --bootstrap "$bootstrap" --topic bench.bench >"$out/latency-$run.txt" 2>/dev/null &
     lat_pid=$!
     sleep 2
+    c0=$(cpu_ticks "$relay_pid") m0=$(marked)
     "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -R 2000 -T "$LAT_S" \
         -f "$out/writer.sql" bench >"$out/pgbench-latency-$run.txt" 2>&1
     sleep 2
+    c1=$(cpu_ticks "$relay_pid") m1=$(marked)
+    # the relay's CPU per event while it keeps up with writers (the writers' tx/s is in
+    # pgbench-latency-*.txt: on a saturated machine they fall short of 2,000)
+    awk -v n="$((m1 - m0))" -v c="$((c1 - c0))" -v hz="$tick_hz" 'BEGIN { printf "%.2f\n", c / hz * 1e6 / n }' >>"$out/steady-cpu.txt"
+    say "relay CPU at the writers' rate ($(awk '/^tps/ { printf "%.0f", $3 }' "$out/pgbench-latency-$run.txt") events/s): $(tail -1 "$out/steady-cpu.txt") us/event"
     kill -TERM "$lat_pid"
     wait "$lat_pid" || true
     sleep 0.6
@@ -190,6 +264,10 @@ for run in $(seq 1 $REPEATS); do
     awk -v a="$with" -v b="$plain" 'BEGIN { printf "%.3f\n", a / b }' >>"$out/writer-plain.txt"
     say "writer tps: $with with the relay, $without without, $plain on a Debezium-layout table alone"
     echo "$with $without $plain" >>"$out/writer-tps.txt"
+
+    say "run $run/$REPEATS: a hand-written poller (bench/naive_relay.py) draining $N rows on its own table"
+    naive_drain >>"$out/naive.txt"
+    say "hand-written poller: $(tail -1 "$out/naive.txt") events/s"
 done
 
 say "growth: $GROWTH events through one table in 10 chunks"
@@ -248,6 +326,11 @@ cpu=$(median <"$out/cpu.txt")
 rss=$(median <"$out/rss.txt")
 idle=$(median <"$out/idle.txt")
 wal_ratio=$(cut -f3 "$out/wal.txt" | median)
+pg_cpu=$(median <"$out/pg-cpu.txt")
+steady_cpu=$(median <"$out/steady-cpu.txt")
+first_ms=$(median <"$out/first.txt")
+naive=$(median <"$out/naive.txt")
+naive_ratio=$(awk -v a="$throughput" -v b="$naive" 'BEGIN { printf "%.2f", a / b }')
 growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
 # the drain against the ceiling of its own statement (mark, or delete)
 say "claim+mark ceiling $ceiling events/s; with DELETE-on-send instead of the mark: $ceiling_delete events/s"
@@ -257,4 +340,4 @@ say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
 bench/plot.sh "$out" "$out/bench.png" && say "plot: $out/bench.png"
 echo "RELAYS one_eps=$throughput three_eps=$three"
-echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer writer_vs_plain=$writer_vs_plain cpu_us_per_event=$cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio on_sent=$on_sent"
+echo "RESULT ceiling_eps=$ceiling throughput_eps=$throughput ratio=$ratio p50_ms=$p50 p99_ms=$p99 p999_ms=$p999 writer_ratio=$writer writer_vs_plain=$writer_vs_plain cpu_us_per_event=$cpu steady_cpu_us_per_event=$steady_cpu rss_mb=$rss idle_cpu_pct=$idle growth_ratio=$growth wal_ratio=$wal_ratio pg_cpu_us_per_event=$pg_cpu naive_eps=$naive naive_ratio=$naive_ratio first_msg_ms=$first_ms on_sent=$on_sent"

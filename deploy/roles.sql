@@ -14,6 +14,7 @@
 -- start unless its role bypasses it.
 \set ON_ERROR_STOP on
 \set doorbell :table '_doorbell'
+\set bell :table '_bell'
 \set relay_state :table '_relay_state'
 \set lease_log :table '_lease_log'
 \set enqueue :table '_enqueue'
@@ -25,6 +26,7 @@ GRANT EXECUTE ON FUNCTION :"schema".:"enqueue" TO :"writer";
 
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";
+GRANT UPDATE ON SEQUENCE :"schema".:"bell" TO :"relay";
 GRANT SELECT, INSERT, UPDATE ON :"schema".:"relay_state" TO :"relay";
 GRANT SELECT, INSERT ON :"schema".:"lease_log" TO :"relay";
 GRANT SELECT ON :"schema".outbox_relay_schema TO :"relay";

@@ -105,6 +105,38 @@ void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int byte
     free(name);
 }
 
+void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    if (bell) {
+        /* Schema 6: the bell is a sequence, armed by setval(bell, 1, true), which the
+         * trigger's WHEN condition reads (schema/006_bell.sql); the channel it rings lives in
+         * the doorbell row, written only when it differs. Nothing here waits for a writer. */
+        strbuf_printf(&sb,
+                      "WITH c AS (UPDATE %s.\"%s_doorbell\" SET channel = $1"
+                      "  WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\""
+                      "   WHERE channel IS DISTINCT FROM $1 FOR UPDATE SKIP LOCKED))"
+                      " SELECT setval('%s.\"%s_bell\"'::regclass, 1, true)",
+                      schema_q, name, schema_q, name, schema_q, name);
+    } else {
+        /* Schema 5 and before. Arming never waits: the doorbell row is locked by a writer
+         * that is disarming it (and rings at its commit, however late) or by another relay
+         * arming it; either way it is as good as armed, and the poll covers the rest.
+         * Waiting would stop the worker for as long as that writer's transaction stays open. */
+        strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1"
+                           " WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\" FOR UPDATE SKIP LOCKED)",
+                      schema_q, name, schema_q, name);
+    }
+    free(sql->arm);
+    sql->arm = sb.buf;
+    free(schema_q);
+    free(t);
+    free(name);
+}
+
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
 {
     char *schema_q, *t, *name;
@@ -167,15 +199,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   " " OUTBOX_CREATED_MS("created_at"), t);
     sql->row_failed = sb.buf;
 
-    /* Arming never waits: the doorbell row is locked by a writer that is disarming it (and
-     * rings at its commit, however late) or by another relay arming it; either way it is as
-     * good as armed, and the poll covers the rest. Waiting would stop the worker for as long
-     * as that writer's transaction stays open. */
-    strbuf_init(&sb);
-    strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1"
-                       " WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\" FOR UPDATE SKIP LOCKED)",
-                  schema_q, name, schema_q, name);
-    sql->arm = sb.buf;
+    outbox_sql_arm(sql, cfg, 0);
 
     /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table
      * (every INSERT takes it before drawing its id, until its transaction ends; readers

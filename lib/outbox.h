@@ -77,6 +77,9 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
 /* Rebuilds the claim once the table is known: a bytea payload column is claimed as hex;
  * requeue_count reads the doorbell's count of requeues (schema 5). */
 void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count);
+/* The doorbell's arm statement for the table's schema: the bell sequence (schema 6) or the
+ * doorbell row's armed column (before). */
+void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell);
 /* The table's advisory lock key (first half of the two-key form), from its name with the
  * schema made explicit, so that "outbox" and "public.outbox" are one table. */
 int outbox_lease_key(const char *table);

@@ -74,8 +74,8 @@ if [ $# -eq 0 ]; then
         failed=$((failed + 1))
     fi
 
-    echo "== stage 4: fuzzing (regression seeds + ${FUZZ_SECONDS:-20} s per target)"
-    fuzz_out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}" 2>&1)
+    echo "== stage 4: fuzzing (regression seeds + ${FUZZ_SECONDS:-10} s per target)"
+    fuzz_out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}" 2>&1)
     echo "$fuzz_out"
     passed=$((passed + $(grep -c ': ok' <<<"$fuzz_out" || true)))
     failed=$((failed + $(grep -c 'FAILED\|crashes' <<<"$fuzz_out" || true)))

@@ -74,6 +74,7 @@ static void version_result(struct relay *r, PGresult *res)
         /* the requeue count (schema 5) makes claims above the floors safe */
         r->claim.floors_on = have >= 5;
         outbox_sql_claim(&r->sql, r->cfg, r->payload_bytea, r->claim.floors_on);
+        outbox_sql_arm(&r->sql, r->cfg, have >= 6); /* the bell sequence (schema 6) */
         if (!r->schema_logged)
             log_info("schema: %s at version %d%s; payload %s", r->cfg->table, have,
                      have < schema_version() ? " (the previous one: this relay runs on it; "

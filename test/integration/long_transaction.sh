@@ -8,7 +8,7 @@
 # of order among 8,000 other events. A requeued row (parked, then `outbox-relay requeue`)
 # lies below the floors: it is still published before the later rows of its key. And a
 # writer that rang the idle relay's doorbell and stays open does not make the next writer
-# wait for it (the doorbell's row lock, before schema 5).
+# wait for it (the doorbell's row lock, before schema 5; schema 6's bell is a sequence).
 . "$(dirname "$0")/lib.sh"
 setup_db
 RELAY_ENV=(OUTBOX_LONG_TRANSACTION_SECONDS=2 OUTBOX_MAX_ATTEMPTS=1)
@@ -16,7 +16,7 @@ start_relay main >/dev/null
 wait_until 30 "the relay's first claim" metric_at_least main outbox_claims_total 1
 
 # the idle relay armed its doorbell; writer A rings it and stays open (ended below)
-armed() { [ "$(psqlc "SELECT armed FROM outbox_doorbell")" = t ]; }
+armed() { [ "$(psqlc "SELECT pg_sequence_last_value('outbox_bell') IS NOT NULL")" = t ]; }
 wait_until 30 "the idle relay to arm its doorbell" armed
 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN application_name=writer_a" -c "BEGIN" \
     -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'open', 'E', '{}')" \

@@ -1,5 +1,6 @@
 /* Test tool: Kafka admin operations the tests need, through librdkafka's admin API.
  *   kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT
+ *   kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS   (replication factor 1)
  *   kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET
  *     (deletes the partition's messages below OFFSET, as retention deletes old segments:
  *     the low watermark moves to OFFSET)
@@ -12,21 +13,26 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n"
+                    "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS\n"
                     "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n");
     return 2;
 }
 
+enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS };
+
 /* The error of the one topic or partition the request was about. */
-static int result(rd_kafka_event_t *ev, int create)
+static int result(rd_kafka_event_t *ev, enum op op)
 {
     if (rd_kafka_event_error(ev)) {
         fprintf(stderr, "kafka-admin: %s\n", rd_kafka_event_error_string(ev));
         return 1;
     }
-    if (create) {
+    if (op != DELETE_RECORDS) {
         size_t n;
         const rd_kafka_topic_result_t **res =
-            rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
+            op == CREATE_TOPIC
+                ? rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n)
+                : rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
         if (n == 1 && rd_kafka_topic_result_error(res[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
             return 0;
         fprintf(stderr, "kafka-admin: %s\n", n ? rd_kafka_topic_result_error_string(res[0]) : "no result");
@@ -44,9 +50,14 @@ int main(int argc, char **argv)
 {
     if (argc < 6 || strcmp(argv[1], "--bootstrap") != 0)
         return usage();
-    int create = strcmp(argv[3], "create-partitions") == 0 && argc == 6;
-    int del = strcmp(argv[3], "delete-records") == 0 && argc == 7;
-    if (!create && !del)
+    enum op op;
+    if (strcmp(argv[3], "create-partitions") == 0 && argc == 6)
+        op = CREATE_PARTITIONS;
+    else if (strcmp(argv[3], "create-topic") == 0 && argc == 6)
+        op = CREATE_TOPIC;
+    else if (strcmp(argv[3], "delete-records") == 0 && argc == 7)
+        op = DELETE_RECORDS;
+    else
         return usage();
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -62,7 +73,14 @@ int main(int argc, char **argv)
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_NewPartitions_t *np = NULL;
     rd_kafka_DeleteRecords_t *dr = NULL;
-    if (create) {
+    rd_kafka_NewTopic_t *nt = NULL;
+    if (op == CREATE_TOPIC) {
+        if (!(nt = rd_kafka_NewTopic_new(argv[4], atoi(argv[5]), 1, err, sizeof(err)))) {
+            fprintf(stderr, "kafka-admin: %s\n", err);
+            return 2;
+        }
+        rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+    } else if (op == CREATE_PARTITIONS) {
         if (!(np = rd_kafka_NewPartitions_new(argv[4], (size_t)atoi(argv[5]), err, sizeof(err)))) {
             fprintf(stderr, "kafka-admin: %s\n", err);
             return 2;
@@ -80,13 +98,15 @@ int main(int argc, char **argv)
     if (!ev)
         fprintf(stderr, "kafka-admin: no answer within 30 s\n");
     else
-        rc = result(ev, create);
+        rc = result(ev, op);
     if (ev)
         rd_kafka_event_destroy(ev);
     if (np)
         rd_kafka_NewPartitions_destroy(np);
     if (dr)
         rd_kafka_DeleteRecords_destroy(dr);
+    if (nt)
+        rd_kafka_NewTopic_destroy(nt);
     rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
     return rc;
