@@ -1,8 +1,10 @@
-/* Benchmark helper: the PostgreSQL-only cost of the relay's own claim and mark statements
- * over the table's PENDING rows, without Kafka: claim a batch (exactly the relay's SQL,
- * nothing in flight), mark it, repeat until nothing is left. Prints events/s.
- *   pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete]
- * variant delete replaces the mark with DELETE-on-send (the cheapest alternative). */
+/* Benchmark helper: the PostgreSQL-only cost of draining the table's PENDING rows, without
+ * Kafka: read a batch, mark it, repeat until nothing is left. Prints events/s.
+ *   pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete|plain|plain-delete]
+ * relay: exactly the relay's claim (nothing in flight) and mark; delete: the relay's claim
+ * and DELETE-on-send. plain, plain-delete: a ceiling that does not move with the relay's
+ * design - select the batch's rows (every column the relay reads) from the head of the
+ * pending index, then mark them SENT (or delete them) by id. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
         else {
-            fprintf(stderr, "usage: pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete]\n");
+            fprintf(stderr, "usage: pg-ceiling --pg-dsn DSN [--batch N] [--variant relay|delete|plain|plain-delete]\n");
             return 2;
         }
     }
@@ -58,13 +60,23 @@ int main(int argc, char **argv)
                                    floors.buf};
     PQclear(PQexec(conn, "SET synchronous_commit = off")); /* as the relay's worker */
     const char *delete_sql = "DELETE FROM public.outbox WHERE id = ANY($1::int8[])";
+    const char *plain_select =
+        "SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic, payload::text,"
+        " headers::text, attempts, created_at FROM public.outbox WHERE status = 'PENDING'"
+        " ORDER BY lease_partition, id LIMIT $1::int";
+    const char *plain_mark =
+        "UPDATE public.outbox SET status = 'SENT', sent_at = clock_timestamp() WHERE id = ANY($1::int8[])";
+    int plain = strncmp(variant, "plain", 5) == 0;
+    int del = strcmp(variant, "delete") == 0 || strcmp(variant, "plain-delete") == 0;
     long long total = 0;
     int64_t claim_us = 0, mark_us = 0, start = mono_us();
     struct strbuf ids;
     strbuf_init(&ids);
     for (;;) {
         int64_t t0 = mono_us();
-        PGresult *res = PQexecParams(conn, sql.claim, 9, NULL, claim_params, NULL, NULL, 0);
+        const char *plain_params[1] = {limit};
+        PGresult *res = plain ? PQexecParams(conn, plain_select, 1, NULL, plain_params, NULL, NULL, 0)
+                              : PQexecParams(conn, sql.claim, 9, NULL, claim_params, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             fprintf(stderr, "pg-ceiling: claim: %s", PQresultErrorMessage(res));
             return 1;
@@ -87,9 +99,8 @@ int main(int argc, char **argv)
         if (n == 0)
             break;
         const char *mark_params[3] = {ids.buf, "pg-ceiling", "0"};
-        int del = strcmp(variant, "delete") == 0;
-        res = PQexecParams(conn, del ? delete_sql : sql.mark, del ? 1 : 3, NULL, mark_params, NULL,
-                           NULL, 0);
+        const char *mark_sql = del ? delete_sql : plain ? plain_mark : sql.mark;
+        res = PQexecParams(conn, mark_sql, del || plain ? 1 : 3, NULL, mark_params, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
             fprintf(stderr, "pg-ceiling: mark: %s", PQresultErrorMessage(res));
             return 1;
