@@ -176,8 +176,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     unsigned status = MHD_HTTP_OK;
     const char *type = "text/plain; charset=utf-8";
     int fresh = h->published_ms && mono_ms() - h->published_ms < STALE_AFTER_MS;
-    if (strcmp(url, "/metrics") == 0) {
-        body = xstrdup(h->metrics_text ? h->metrics_text : "");
+    if ((strcmp(url, "/metrics") == 0 || strcmp(url, "/status") == 0) && !h->metrics_text) {
+        /* before the loop's first snapshot: not an empty page a scraper would take as data */
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        body = xstrdup("starting: no snapshot yet\n");
+    } else if (strcmp(url, "/metrics") == 0) {
+        body = xstrdup(h->metrics_text);
         type = "text/plain; version=0.0.4; charset=utf-8";
     } else if (strcmp(url, "/status") == 0) {
         body = xstrdup(h->status_json ? h->status_json : "{}");

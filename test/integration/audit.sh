@@ -16,6 +16,10 @@ setup_db
 topic="$TOPIC_PREFIX.order"
 relay_env
 audit() { env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" audit "$@" 2>>"$WORK/audit.log"; }
+if delete_mode_refuses "audit" env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" audit; then
+    log "ok"
+    exit 0
+fi
 
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', 'k' || (g % 40), 'Placed', jsonb_build_object('n', g) FROM generate_series(1, 2000) g"

@@ -45,7 +45,7 @@ stop_relay b || fail "inbox b exited $? on SIGTERM"
 log "inbox b stopped with SIGTERM ($dups_b1 duplicates counted); started again"
 start_inbox b2
 wait "$writers" || { cat "$WORK/pgbench.log"; fail "writers failed"; }
-committed=$(psqlc "SELECT count(*) FROM outbox")
+committed=$(psqlc "SELECT count(*) FROM outbox_all")
 [ "$committed" = 3600 ] || fail "writers committed $committed of 3,600 rows"
 wait_until 180 "all $committed events applied" eval '[ "$(cpsql "SELECT count(*) FROM applied")" = "$committed" ]'
 sleep 3 # anything still in flight would show as a second application

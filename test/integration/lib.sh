@@ -74,22 +74,36 @@ db_fixtures() {
 # keeps them in outbox_gone), shown as SENT at the time of their deletion — so check,
 # count_status and a test's own queries mean the same in both modes.
 ON_SENT=${RELAYTEST_ON_SENT:-mark}
-outbox_all_view() {
+outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbox)
+    local t=${1:-outbox}
     local cols="id, event_id, aggregate_type, aggregate_id, event_type, topic, payload, headers"
     if [ "$ON_SENT" = delete ]; then
-        psqlc "CREATE TABLE outbox_gone (LIKE outbox);
-               ALTER TABLE outbox_gone ADD COLUMN gone_at timestamptz NOT NULL DEFAULT clock_timestamp();
-               CREATE FUNCTION outbox_keep_gone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+        psqlc "CREATE TABLE ${t}_gone (LIKE $t);
+               ALTER TABLE ${t}_gone ADD COLUMN gone_at timestamptz NOT NULL DEFAULT clock_timestamp();
+               CREATE FUNCTION ${t}_keep_gone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
                  SET search_path = pg_catalog, public AS \$\$
-               BEGIN INSERT INTO outbox_gone SELECT OLD.*; RETURN NULL; END \$\$;
-               CREATE TRIGGER outbox_keep_gone AFTER DELETE ON outbox FOR EACH ROW EXECUTE FUNCTION outbox_keep_gone();
-               CREATE VIEW outbox_all AS
-                 SELECT $cols, status, attempts, last_error, created_at, sent_at, lease_partition FROM outbox
+               BEGIN INSERT INTO ${t}_gone SELECT OLD.*; RETURN NULL; END \$\$;
+               CREATE TRIGGER ${t}_keep_gone AFTER DELETE ON $t FOR EACH ROW EXECUTE FUNCTION ${t}_keep_gone();
+               CREATE VIEW ${t}_all AS
+                 SELECT $cols, status, attempts, last_error, created_at, sent_at, lease_partition FROM $t
                  UNION ALL
-                 SELECT $cols, 'SENT', attempts, last_error, created_at, gone_at, lease_partition FROM outbox_gone"
+                 SELECT $cols, 'SENT', attempts, last_error, created_at, gone_at, lease_partition FROM ${t}_gone"
     else
-        psqlc "CREATE VIEW outbox_all AS SELECT * FROM outbox"
+        psqlc "CREATE VIEW ${t}_all AS SELECT * FROM $t"
     fi
+}
+# delete_mode_refuses WHAT COMMAND...: in delete mode (RELAYTEST_ON_SENT=delete) COMMAND, a
+# command that needs SENT rows (replay, audit), must refuse with exit 2 and a message naming
+# OUTBOX_ON_SENT=delete; then true, and the caller leaves out what only mark mode can do.
+# False in mark mode (COMMAND not run).
+delete_mode_refuses() {
+    [ "$ON_SENT" = delete ] || return 1
+    local what=$1 rc=0
+    shift
+    "$@" >"$WORK/refused.out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] && grep -q "OUTBOX_ON_SENT=delete" "$WORK/refused.out" ||
+        fail "$what in delete mode: exit $rc, want 2 naming OUTBOX_ON_SENT=delete: $(head -3 "$WORK/refused.out")"
+    log "delete mode: $what refused as documented: $(grep -m1 -o "OUTBOX_ON_SENT=delete.*" "$WORK/refused.out" | cut -c1-100)"
 }
 # grant_roles TABLE: deploy/roles.sql for public.TABLE, relay it_relay, writer it_writer.
 grant_roles() {

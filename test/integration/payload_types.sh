@@ -73,7 +73,7 @@ for type in ${PAYLOAD_TYPES:-bytea json text jsonb}; do
     CHECK_WHERE="status = 'SENT'" CHECK_VALUE=$value check "$TOPIC_PREFIX.$type" --exact >"$WORK/check-$type.out" ||
         { cat "$WORK/check-$type.out"; fail "$type: Kafka does not hold the rows' payloads"; }
     log "$type: $rows rows, $(cat "$WORK/check-$type.out")"
-    if [ "$type" = bytea ]; then
+    if [ "$type" = bytea ] && ! delete_mode_refuses "replay" env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" replay --key all-bytes; then
         # replay sends the same bytes again
         for key in all-bytes big; do
             id=$(psqlc "SELECT id FROM outbox WHERE aggregate_id = '$key'")

@@ -46,12 +46,13 @@ PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$DSN" -v schema
     INSERT INTO \"Sales\".\"OrderEvents\" (aggregate_type, aggregate_id, event_type, payload)
     SELECT 'order', 'm' || (g % 40), 'Placed', jsonb_build_object('n', g) FROM generate_series(1, 500) g" ||
     fail "the INSERT-only writer cannot insert into \"Sales\".\"OrderEvents\""
+# every row, read before the relay runs (in delete mode it deletes them)
+"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM \"Sales\".\"OrderEvents\" ORDER BY id" >"$WORK/expected-mixed.tsv"
 RELAY_ENV=(OUTBOX_TABLE=Sales.OrderEvents)
 start_relay mixed >/dev/null
-mixed_left() { [ "$(psqlc "SELECT count(*) FROM \"Sales\".\"OrderEvents\" WHERE status <> 'SENT'")" = 0 ]; }
+mixed_left() { [ "$(psqlc "SELECT count(*) FROM \"Sales\".\"OrderEvents\" WHERE status <> 'SENT'")" = 0 ]; } # none left in delete mode
 wait_until 60 "the mixed-case table's rows SENT" mixed_left
 stop_relay mixed || fail "relay exited with $? on SIGTERM"
-"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM \"Sales\".\"OrderEvents\" ORDER BY id" >"$WORK/expected-mixed.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topic" --expected "$WORK/expected-mixed.tsv" >"$WORK/check-mixed.out" 2>/dev/null ||
     { cat "$WORK/check-mixed.out"; fail "loss or disorder from Sales.OrderEvents"; }
 log "Sales.OrderEvents: $(cat "$WORK/check-mixed.out")"
@@ -78,10 +79,12 @@ start_relay bell >/dev/null
 wait_until 30 "the listen connection up" grep -q "pg listen: connected" "$WORK/relay-bell.log"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'warm1', 'Warm', '{}')"
 ms_until_sent warm1 >/dev/null # the producer has the topic's metadata
-sleep 8 # the adaptive poll backs off to 5 s and arms the doorbell
+# the adaptive poll backs off to 5 s (about 5 s of doubling) and arms the doorbell
+bell_armed() { [ "$(psqlc "SELECT pg_sequence_last_value('outbox_bell') IS NOT NULL")" = t ]; }
+wait_until 30 "the idle relay to arm its doorbell" bell_armed
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'bell', 'Rung', '{}')"
 bell_ms=$(ms_until_sent bell)
-metric_at_least bell outbox_doorbell_wakeups_total 1 || fail "no doorbell wake-up counted"
+wait_until 5 "the doorbell wake-up counted" metric_at_least bell outbox_doorbell_wakeups_total 1
 stop_relay bell || fail "relay exited with $? on SIGTERM"
 RELAY_POLL_MS=1000
 RELAY_ENV=(OUTBOX_NOTIFY_CHANNEL=)
@@ -130,7 +133,7 @@ pg_env stop "$pg2"
 sleep 4
 pg_env start "$pg2" "$PORT2"
 "$PG_BIN/psql" -X -q "$DSN2" -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'back', 'Again', '{}')"
-back_sent() { [ "$("$PG_BIN/psql" -X -At "$DSN2" -c "SELECT count(*) FROM outbox WHERE status = 'SENT'")" = 1 ]; }
+back_sent() { [ "$("$PG_BIN/psql" -X -At "$DSN2" -c "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ]; } # SENT, or deleted in delete mode
 wait_until 30 "relaying again after PostgreSQL came back" back_sent
 stop_relay reconnect || fail "relay exited with $? on SIGTERM"
 delays=$(sed -n 's/.*pg worker: reconnecting in \([0-9]*\) ms.*/\1/p' "$WORK/relay-reconnect.log" | sort -n | uniq -c | tr '\n' ' ')

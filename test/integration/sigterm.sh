@@ -18,7 +18,7 @@ elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 log "exited 0 in ${elapsed_ms} ms with $(count_status SENT) SENT and $(count_status PENDING) PENDING"
 [ "$(count_status PENDING)" -gt 0 ] || fail "backlog drained before SIGTERM: nothing tested"
 grep -q "shutdown: all acknowledged rows marked" "$WORK/relay-main.log" || fail "no clean drain logged"
-"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox WHERE status = 'SENT'" \
+"$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE status = 'SENT'" \
     >"$WORK/sent.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$TOPIC_PREFIX.order" --expected "$WORK/sent.tsv" --exact \
     >"$WORK/check.out" 2>"$WORK/check.err" || { cat "$WORK/check.out" "$WORK/check.err"; fail "Kafka does not hold exactly the SENT rows"; }
