@@ -4,7 +4,7 @@
 #   1. ceiling     PostgreSQL alone draining the backlog: select 1,000 rows from the head of
 #                  the pending index, mark (or delete) them by id - the ceiling the drain is
 #                  judged against, which does not move with the relay's design; and the
-#                  relay's own claim and mark statements alone (ceiling_relay_eps)
+#                  relay's own claim and mark (or delete) statements alone (ceiling_relay_eps)
 #   2. throughput  the relay draining a backlog (1 KB JSON payloads, 10,000 keys) into Kafka
 #   3. latency     commit -> consumed at a steady 2,000 events/s from 8 concurrent writers
 #   4. writers     writer tps (8 clients, one outbox row per transaction) with vs without relay,
@@ -174,8 +174,10 @@ now() { date +%s.%N; }
 for run in $(seq 1 $REPEATS); do
     say "run $run/$REPEATS: ceilings over $N rows"
     # the judged ceiling of the mode (plain: select 1,000 rows from the pending index's head,
-    # mark or delete them by id), then the relay's own claim and mark statements alone
-    for v in plain plain-delete relay; do
+    # mark or delete them by id), then the relay's own claim and mark (or delete) alone
+    variants="plain relay"
+    [ "$on_sent" = delete ] && variants="plain-delete delete"
+    for v in $variants; do
         psqlc "TRUNCATE outbox"
         backlog "$N"
         ./build/bench/pg-ceiling --pg-dsn "$dsn" --variant "$v" | tee -a "$out/ceiling-$v.txt" >&2
@@ -320,7 +322,11 @@ for p in "${pids[@]}"; do kill -TERM "$p"; wait "$p" || true; done
 three=$(awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
 
 ceiling_of() { sed -n 's/.* eps=\([0-9]*\).*/\1/p' "$out/ceiling-$1.txt" | median; }
-ceiling=$(ceiling_of plain) ceiling_delete=$(ceiling_of plain-delete) ceiling_relay=$(ceiling_of relay)
+if [ "$on_sent" = delete ]; then
+    ceiling=$(ceiling_of plain-delete) ceiling_relay=$(ceiling_of delete)
+else
+    ceiling=$(ceiling_of plain) ceiling_relay=$(ceiling_of relay)
+fi
 throughput=$(median <"$out/throughput.txt")
 p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
 p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' "$out"/ack-latency-*.txt | median)
@@ -339,8 +345,7 @@ naive=$(median <"$out/naive.txt")
 naive_ratio=$(awk -v a="$throughput" -v b="$naive" 'BEGIN { printf "%.2f", a / b }')
 growth=$(awk 'NR == 1 { a = $2 } NR == 10 { b = $2 } END { printf "%.2f", b / a }' "$out/growth.txt")
 # the drain against the ceiling of its own statement (mark, or delete)
-say "ceilings: select+mark $ceiling events/s, select+delete $ceiling_delete events/s, the relay's own claim+mark statements $ceiling_relay events/s"
-[ "$on_sent" = delete ] && ceiling=$ceiling_delete
+say "ceilings ($on_sent): select + $on_sent by id $ceiling events/s; the relay's own claim + $on_sent statements $ceiling_relay events/s"
 ratio=$(awk -v a="$throughput" -v b="$ceiling" 'BEGIN { printf "%.2f", a / b }')
 say "commit -> consumed p99 (through a consumer, an upper bound): $e2e_p99 ms"
 say "figures and raw data in $out"
