@@ -168,7 +168,6 @@ naive_drain() {
     wait "$pid" || true
     "$PG_BIN/psql" -X -q -At "$ndsn" -c "SELECT round($N / (extract(epoch FROM max(sent_at)) - $t0)) FROM outbox"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 now() { date +%s.%N; }
 
 for run in $(seq 1 $REPEATS); do

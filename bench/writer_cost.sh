@@ -82,7 +82,6 @@ for r in $(seq 1 "$rounds"); do
         say "round $r: $n $tps tx/s"
     done
 done
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 plain=$(median <"$out/plain.txt")
 line="RESULT writer_cost"
 for n in $names; do

@@ -11,6 +11,7 @@
 #                                         a pgbench script: one event per transaction,
 #                                         following the writer rule (lock the aggregate row)
 #   metric_at URL NAME                    the value of the last sample NAME at URL (0 if none)
+#   median                                the median of the numbers on stdin, one per line
 _common_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$_common_here/servers.sh"
 COMMON_PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -59,3 +60,5 @@ metric_at() {
     # awk reads all input: an early exit would make curl fail with a write error
     curl -sf "$1" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'
 }
+
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

@@ -105,6 +105,9 @@ delete_mode_refuses() {
         fail "$what in delete mode: exit $rc, want 2 naming OUTBOX_ON_SENT=delete: $(head -3 "$WORK/refused.out")"
     log "delete mode: $what refused as documented: $(grep -m1 -o "OUTBOX_ON_SENT=delete.*" "$WORK/refused.out" | cut -c1-100)"
 }
+# bell_armed: the idle relay has armed outbox's doorbell (schema 6: the bell sequence is set)
+bell_armed() { [ "$(psqlc "SELECT pg_sequence_last_value('outbox_bell') IS NOT NULL")" = t ]; }
+
 # grant_roles TABLE: deploy/roles.sql for public.TABLE, relay it_relay, writer it_writer.
 grant_roles() {
     PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$DSN" -v schema=public -v table="$1" -v relay=it_relay -v writer=it_writer \

@@ -16,8 +16,7 @@ start_relay main >/dev/null
 wait_until 30 "the relay's first claim" metric_at_least main outbox_claims_total 1
 
 # the idle relay armed its doorbell; writer A rings it and stays open (ended below)
-armed() { [ "$(psqlc "SELECT pg_sequence_last_value('outbox_bell') IS NOT NULL")" = t ]; }
-wait_until 30 "the idle relay to arm its doorbell" armed
+wait_until 30 "the idle relay to arm its doorbell" bell_armed
 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN application_name=writer_a" -c "BEGIN" \
     -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'open', 'E', '{}')" \
     -c "SELECT pg_sleep(60)" -c "COMMIT" >/dev/null 2>&1 &
