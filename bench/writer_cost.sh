@@ -2,20 +2,22 @@
 # What each part of the outbox table costs its writers: the same pgbench writers (8 clients,
 # one event per transaction, the aggregate row locked first, as bench/bench.sh's) on tables
 # that differ by one part each, with nothing reading them, in alternating rounds.
-#   bench/writer_cost.sh [--seconds S] [--rounds R] [--out DIR]   (defaults: 10 s, 3 rounds)
+#   bench/writer_cost.sh [--seconds S] [--rounds R] [--out DIR] [--variants "plain relay ..."]
+#   (defaults: 10 s, 3 rounds, every variant)
 # Starts its own throwaway PostgreSQL (durable) like bench/bench.sh. Prints one line per
 # variant (median tx/s over the rounds, and against the Debezium-layout table), then
 #   RESULT writer_cost plain=.. relay=.. <variant>=.. ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-seconds=10 rounds=3 out=""
+seconds=10 rounds=3 out="" only=""
 while [ $# -gt 0 ]; do
     case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--seconds S] [--rounds R] [--out DIR]" >&2; exit 2 ;;
+    --variants) only=$2; shift 2 ;;
+    *) echo "usage: $0 [--seconds S] [--rounds R] [--out DIR] [--variants LIST]" >&2; exit 2 ;;
     esac
 done
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -56,10 +58,28 @@ variant bare "DROP TRIGGER bare_doorbell ON bare;
 psqlc "CREATE TABLE plain (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
          aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
          tracingspancontext text, payload jsonb)"
-names="plain relay no_doorbell no_event_id_index no_pending_index no_generated fillfactor_90 no_check bare"
+# The same table in the Debezium layout (OUTBOX_LAYOUT=debezium: the relay's columns added
+# by migrate, its bell trigger), and the alternative that layout did not take: Debezium's
+# table untouched, the relay's state in a companion table filled by a row trigger.
+psqlc "CREATE TABLE debezium (LIKE plain INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
+OUTBOX_PG_DSN=$dsn OUTBOX_TABLE=public.debezium OUTBOX_LAYOUT=debezium "$relay_bin" migrate >>"$out/migrate.log" 2>&1
+psqlc "CREATE TABLE companion (LIKE plain INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES);
+       CREATE TABLE companion_state (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, event_id uuid NOT NULL,
+         status text NOT NULL DEFAULT 'PENDING', attempts int NOT NULL DEFAULT 0, last_error text,
+         created_at timestamptz NOT NULL DEFAULT clock_timestamp(), lease_partition smallint NOT NULL);
+       CREATE INDEX ON companion_state (lease_partition, seq) WHERE status = 'PENDING';
+       CREATE FUNCTION companion_track() RETURNS trigger LANGUAGE plpgsql AS \$\$
+       BEGIN
+         INSERT INTO companion_state (event_id, lease_partition)
+           VALUES (NEW.id, ((hashtext(NEW.aggregateid) & 2147483647) % 64)::smallint);
+         RETURN NULL;
+       END \$\$;
+       CREATE TRIGGER companion_track AFTER INSERT ON companion FOR EACH ROW EXECUTE FUNCTION companion_track()"
+names="plain relay no_doorbell no_event_id_index no_pending_index no_generated fillfactor_90 no_check bare debezium companion"
+[ -z "$only" ] || names=$only
 for n in $names; do
     cols="aggregate_type, aggregate_id, event_type, payload"
-    [ "$n" = plain ] && cols="aggregatetype, aggregateid, type, payload"
+    case $n in plain | debezium | companion) cols="aggregatetype, aggregateid, type, payload" ;; esac
     cat >"$out/$n.sql" <<SQL
 \\set k random(1, 10000)
 BEGIN;
@@ -75,6 +95,7 @@ for r in $(seq 1 "$rounds"); do
     [ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$names" | tac | tr '\n' ' ')
     for n in $order; do
         psqlc "TRUNCATE $n"
+        [ "$n" = companion ] && psqlc "TRUNCATE companion_state"
         psqlc "VACUUM aggregate"
         tps=$("$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -T "$seconds" \
             -f "$out/$n.sql" writers 2>&1 | awk '/^tps/ { printf "%.0f", $3; exit }')

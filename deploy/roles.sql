@@ -9,7 +9,8 @@
 --           a long transaction of another role;
 --   writer  the application: INSERT on the outbox table, or EXECUTE on <table>_enqueue
 --           (the writers' function), and nothing else (the doorbell trigger and the
---           function run with their owner's rights).
+--           function run with their owner's rights). On a Debezium outbox table, INSERT:
+--           writers that also delete their rows (remove-after-insert) keep their own grant.
 -- Row-level security on the outbox table would hide rows from the relay: it refuses to
 -- start unless its role bypasses it.
 \set ON_ERROR_STOP on
@@ -19,12 +20,22 @@
 \set lease_log :table '_lease_log'
 \set enqueue :table '_enqueue'
 
+\set relay_rows :table '_relay_rows'
+
 GRANT USAGE ON SCHEMA :"schema" TO :"relay", :"writer";
 
 GRANT INSERT ON :"schema".:"table" TO :"writer";
-GRANT EXECUTE ON FUNCTION :"schema".:"enqueue" TO :"writer";
 
+-- The layout: a Debezium outbox table (OUTBOX_LAYOUT=debezium) has the view <table>_relay_rows,
+-- through which the relay reads, marks and deletes rows (the view acts on the table with
+-- its owner's rights); it has no writers' function.
+SELECT to_regclass(format('%I.%I', :'schema', :'relay_rows')) IS NOT NULL AS debezium \gset
+\if :debezium
+GRANT SELECT, UPDATE, DELETE ON :"schema".:"relay_rows" TO :"relay";
+\else
+GRANT EXECUTE ON FUNCTION :"schema".:"enqueue" TO :"writer";
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
+\endif
 GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";
 GRANT UPDATE ON SEQUENCE :"schema".:"bell" TO :"relay";
 GRANT SELECT, INSERT, UPDATE ON :"schema".:"relay_state" TO :"relay";

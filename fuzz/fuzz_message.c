@@ -53,6 +53,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
             message_destroy(&msg);
         }
+        if (message_build_layout(&row, tmpl, 1, &msg, err, sizeof(err)) == 0) {
+            if (strcmp(msg.headers[0].name, "id") != 0 || strcmp(msg.headers[0].value, row.event_id) != 0)
+                abort(); /* Debezium layout: id comes first and cannot be shadowed */
+            for (size_t i = 1; i < msg.n_headers; i++)
+                if (strcmp(msg.headers[i].name, "id") == 0)
+                    abort();
+            message_destroy(&msg);
+        }
         struct config cfg = {.table = "public.outbox", .topic_template = (char *)tmpl,
                              .poison_policy = "block", .on_sent = "mark"};
         struct outbox_sql sql;
@@ -63,6 +71,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (quotes % 2)
             abort(); /* an unbalanced quote would be SQL injection */
         outbox_sql_destroy(&sql);
+        /* an accepted OUTBOX_ADDITIONAL_PLACEMENT never unbalances the claim's quotes */
+        if (part[2] && config_check_placement(part[2], err, sizeof(err)) == 0) {
+            cfg.debezium = 1;
+            cfg.layout = "debezium";
+            cfg.additional_placement = (char *)part[2];
+            outbox_sql_init(&sql, &cfg);
+            size_t single = 0, dbl = 0;
+            for (const char *p = sql.claim; *p; p++) {
+                single += *p == '\'';
+                dbl += *p == '"';
+            }
+            if (single % 2 || dbl % 2)
+                abort();
+            outbox_sql_destroy(&sql);
+        }
     }
     free(text);
     return 0;

@@ -72,6 +72,8 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
     outbox_sql_init(&sql, cfg);
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
+    free(t); /* rows are read and written through the layout's relation */
+    t = schema_rows_relation(cfg->table, cfg->debezium);
     struct strbuf q;
     strbuf_init(&q);
     PGresult *summary = NULL, *parked = NULL, *topics = NULL, *relays = NULL;
@@ -166,6 +168,8 @@ int admin_requeue(PGconn *conn, const struct config *cfg, FILE *out, char *err, 
 {
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
+    free(t); /* rows are read and written through the layout's relation */
+    t = schema_rows_relation(cfg->table, cfg->debezium);
     struct strbuf q, doorbell;
     strbuf_init(&q);
     strbuf_init(&doorbell);

@@ -255,7 +255,8 @@ static int copy_message(struct audit *a, const rd_kafka_message_t *m, const char
     size_t len = 0;
     char event_id[37] = "\\N";
     if (rd_kafka_message_headers(m, &hdrs) == 0 &&
-        rd_kafka_header_get_last(hdrs, "event_id", &val, &len) == 0 && len == 36) {
+        rd_kafka_header_get_last(hdrs, a->cfg->debezium ? "id" : "event_id", &val, &len) == 0 &&
+        len == 36) {
         const char *v = val;
         int ok = 1;
         for (size_t i = 0; i < 36 && ok; i++) {
@@ -571,6 +572,8 @@ int audit_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size
     struct report r = {.p50 = -1, .p99 = -1, .measured_to = "marked_sent", .lost_rows = json_array()};
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
+    free(table_q); /* rows are read through the layout's relation */
+    table_q = schema_rows_relation(cfg->table, cfg->debezium);
     const char *window[2] = {cfg->since, cfg->until};
     char start[64] = "";
     int64_t start_ms = 0, since_ms = 0;

@@ -190,8 +190,65 @@ static int check_policy(const char *v, char *err, size_t errlen)
 
 static int check_on_sent(const char *v, char *err, size_t errlen)
 {
-    if (strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0)
+    if (v[0] && strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0)
         return set_err(err, errlen, "expected mark or delete, got '%s'", v);
+    return 0;
+}
+
+static int check_layout(const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "native") != 0 && strcmp(v, "debezium") != 0)
+        return set_err(err, errlen, "expected native or debezium, got '%s'", v);
+    return 0;
+}
+
+/* "column:header[:name],...": the placements of the Debezium EventRouter's
+ * table.fields.additional.placement that map to Kafka headers. Columns and header names are
+ * plain identifiers (they become quoted SQL identifiers and JSON keys). */
+int config_check_placement(const char *v, char *err, size_t errlen)
+{
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char item[256];
+        if (n == 0 || n >= sizeof(item))
+            return set_err(err, errlen, "expected column:header[:name],... got an %s item",
+                           n ? "overlong" : "empty");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        char *fields[4] = {0};
+        int nf = 0;
+        for (char *f = item; f && nf < 4; nf++) {
+            fields[nf] = f;
+            char *c = strchr(f, ':');
+            if (c)
+                *c++ = '\0';
+            f = c;
+        }
+        if (nf < 2 || nf > 3)
+            return set_err(err, errlen, "expected column:header[:name], got '%.*s'", (int)n, p);
+        if (strcmp(fields[1], "header") != 0)
+            return set_err(err, errlen, "placement '%s' of column '%s' is not supported: only "
+                           "header (the relay sends the payload as the value, unwrapped, so "
+                           "there is no envelope; the partition follows the key)", fields[1], fields[0]);
+        for (int i = 0; i < nf; i += 2) {
+            const char *id = fields[i];
+            if (!id[0] || !(isalpha((unsigned char)id[0]) || id[0] == '_'))
+                return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier", id, (int)n, p);
+            for (const char *c = id; *c; c++)
+                if (!(isalnum((unsigned char)*c) || *c == '_'))
+                    return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier "
+                                   "(letters, digits, _)", id, (int)n, p);
+        }
+        const char *hname = nf == 3 ? fields[2] : fields[0];
+        if (strcmp(hname, "id") == 0 || strcmp(hname, "outbox_lease") == 0)
+            return set_err(err, errlen, "header name '%s' is reserved (the row's id, the relay's "
+                           "lease token)", hname);
+        p = end ? end + 1 : p + n;
+        if (end && !*p)
+            return set_err(err, errlen, "trailing comma");
+    }
     return 0;
 }
 
@@ -279,10 +336,18 @@ static const struct setting settings[] = {
      "failures of a row published alone (errors that belong to the row) before it is parked"},
     {"OUTBOX_POISON_POLICY", "poison-policy", SETTING_STRING, OFF(poison_policy), "block", 0, 0,
      check_policy, "block: later rows of a parked row's key wait for requeue; skip: they flow"},
-    {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "mark", 0, 0, check_on_sent,
+    {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "", 0, 0, check_on_sent,
      "mark: an acknowledged row becomes SENT (kept for OUTBOX_RETENTION; replay and audit use "
      "it); delete: it is deleted at once, for the least WAL and no history (replay, audit and "
-     "purge refuse)"},
+     "purge refuse). Unset: delete in the debezium layout, else mark"},
+    {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, check_layout,
+     "native: the relay's own table; debezium: Debezium's outbox table (id uuid, aggregatetype, "
+     "aggregateid, type, payload), which `migrate` extends without touching its columns, and "
+     "messages as Debezium's outbox event router sends them"},
+    {"OUTBOX_ADDITIONAL_PLACEMENT", "additional-placement", SETTING_STRING,
+     OFF(additional_placement), "", 0, 0, config_check_placement,
+     "debezium layout: more columns as Kafka headers, column:header[:name],... (the event "
+     "router's table.fields.additional.placement; header is the only placement)"},
     {"OUTBOX_PAYLOAD_TYPE", "payload-type", SETTING_STRING, OFF(payload_type), "", 0, 0,
      check_payload_type,
      "type of the payload column when `migrate` creates the table: jsonb, json, text or bytea "
@@ -672,6 +737,14 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
         return set_err(err, errlen, "--until needs --since");
     if (strcmp(cfg->command, "audit") == 0 && (cfg->requeue_id || cfg->requeue_key || cfg->limit || cfg->dry_run))
         return set_err(err, errlen, "audit: only --since T, --until T and --json apply");
+    cfg->debezium = strcmp(cfg->layout, "debezium") == 0;
+    if (!cfg->on_sent[0]) {
+        free(cfg->on_sent);
+        cfg->on_sent = xstrdup(cfg->debezium ? "delete" : "mark");
+    }
+    if (cfg->additional_placement[0] && !cfg->debezium)
+        return set_err(err, errlen, "OUTBOX_ADDITIONAL_PLACEMENT: applies to OUTBOX_LAYOUT=debezium "
+                       "only (in the native layout a row's headers column holds its headers)");
     if (strcmp(cfg->on_sent, "delete") == 0 &&
         (strcmp(cfg->command, "replay") == 0 || strcmp(cfg->command, "audit") == 0 ||
          strcmp(cfg->command, "purge") == 0))

@@ -33,7 +33,11 @@ struct config {
     int max_attempts;
     char *poison_policy;
     char *payload_type; /* migrate: the payload column's type for a new table ("" = jsonb) */
-    char *on_sent;     /* "mark" (status SENT) or "delete" (the row is deleted once acknowledged) */
+    char *on_sent;     /* "mark" (status SENT) or "delete" (the row is deleted once acknowledged);
+                        * unset: delete in the Debezium layout, else mark */
+    char *layout;      /* "native" (the relay's own table) or "debezium" (Debezium's outbox table) */
+    int debezium;      /* layout is "debezium" */
+    char *additional_placement; /* debezium: "column:header[:name],..." extra columns as headers */
     char *dead_letter_topic;
     char *retention;
     int retention_seconds; /* parsed from retention; 0 disables */
@@ -78,6 +82,8 @@ int config_parse_duration(const char *s, int *seconds);
 /* Validates a topic template: only {aggregate_type} and {event_type} placeholders,
  * and otherwise characters Kafka allows in topic names. */
 int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
+/* Validates OUTBOX_ADDITIONAL_PLACEMENT: "column:header[:name],..." of plain identifiers. */
+int config_check_placement(const char *v, char *err, size_t errlen);
 /* Whether rows may name this topic under OUTBOX_TOPIC_ALLOW (allow: the setting's value). */
 int config_topic_allowed(const char *allow, const char *topic);
 

@@ -72,7 +72,8 @@ void message_destroy(struct message *msg)
     msg->n_headers = 0;
 }
 
-static int add_row_headers(struct message *msg, const char *json, char *err, size_t errlen)
+static int add_row_headers(struct message *msg, const char *json, int debezium, char *err,
+                           size_t errlen)
 {
     json_error_t jerr;
     json_t *root = json_loads(json, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
@@ -86,17 +87,21 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
     const char *name;
     json_t *value;
     json_object_foreach(root, name, value) {
-        if (!json_is_string(value))
+        /* in the Debezium layout a NULL column is a header without a value, as the event
+         * router sends it */
+        if (!json_is_string(value) && !(debezium && json_is_null(value)))
             return set_err(err, errlen, "headers: member '%s' is not a string", name);
-        if (strcmp(name, "event_id") == 0 || strcmp(name, "event_type") == 0 ||
-            strcmp(name, "aggregate_type") == 0)
+        if (!debezium && (strcmp(name, "event_id") == 0 || strcmp(name, "event_type") == 0 ||
+                          strcmp(name, "aggregate_type") == 0))
             return set_err(err, errlen, "headers: '%s' is reserved for the row's %s column",
                            name, name);
+        if (debezium && strcmp(name, "id") == 0)
+            return set_err(err, errlen, "headers: 'id' is reserved for the row's id column");
         if (strcmp(name, "outbox_lease") == 0)
             return set_err(err, errlen, "headers: '%s' is reserved for the relay", name);
         if (name[0] == '\0')
             return set_err(err, errlen, "headers: empty header name");
-        if (add_header(msg, name, json_string_value(value)) != 0)
+        if (add_header(msg, name, json_is_null(value) ? NULL : json_string_value(value)) != 0)
             return set_err(err, errlen, "headers: more than %d headers",
                            MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS - 3);
     }
@@ -106,6 +111,12 @@ static int add_row_headers(struct message *msg, const char *json, char *err, siz
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen)
 {
+    return message_build_layout(row, tmpl, 0, msg, err, errlen);
+}
+
+int message_build_layout(const struct outbox_row *row, const char *tmpl, int debezium,
+                         struct message *msg, char *err, size_t errlen)
+{
     msg->n_headers = 0;
     msg->json = NULL;
     msg->topic = row->topic ? xstrdup(row->topic)
@@ -114,10 +125,14 @@ int message_build(const struct outbox_row *row, const char *tmpl, struct message
         set_err(err, errlen, "topic '%.250s' is not a valid Kafka topic name", msg->topic);
         goto fail;
     }
-    add_header(msg, "event_id", row->event_id);
-    add_header(msg, "event_type", row->event_type);
-    add_header(msg, "aggregate_type", row->aggregate_type);
-    if (row->headers && add_row_headers(msg, row->headers, err, errlen) != 0)
+    if (debezium) { /* as Debezium's outbox event router: the event's id, nothing more */
+        add_header(msg, "id", row->event_id);
+    } else {
+        add_header(msg, "event_id", row->event_id);
+        add_header(msg, "event_type", row->event_type);
+        add_header(msg, "aggregate_type", row->aggregate_type);
+    }
+    if (row->headers && add_row_headers(msg, row->headers, debezium, err, errlen) != 0)
         goto fail;
     return 0;
 fail:

@@ -45,6 +45,11 @@ struct message {
  * outlive msg (its headers point into the row). */
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen);
+/* The same for a layout: debezium (OUTBOX_LAYOUT=debezium) gives the headers Debezium's
+ * outbox event router gives - id (the row's event id), then the row's own (the additional
+ * placement's) - instead of event_id, event_type and aggregate_type. */
+int message_build_layout(const struct outbox_row *row, const char *tmpl, int debezium,
+                         struct message *msg, char *err, size_t errlen);
 void message_destroy(struct message *msg);
 /* Adds one of the relay's own headers (room for MESSAGE_RELAY_HEADERS is kept); value is
  * borrowed until the message is produced. */

@@ -36,6 +36,48 @@ static char *topic_expression(const char *tmpl)
     return sb.buf;
 }
 
+char *outbox_headers_sql(const struct config *cfg, const char *alias)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    if (!cfg->debezium || !cfg->additional_placement || !cfg->additional_placement[0]) {
+        strbuf_printf(&sb, "%s.headers", alias);
+        return sb.buf;
+    }
+    strbuf_puts(&sb, "jsonb_build_object(");
+    char *list = xstrdup(cfg->additional_placement);
+    int first = 1;
+    for (char *save = NULL, *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *col = item, *placement = strchr(col, ':');
+        *placement++ = '\0';
+        char *name = strchr(placement, ':');
+        strbuf_printf(&sb, "%s'%s', (%s.source_row).\"%s\"::text", first ? "" : ", ",
+                      name ? name + 1 : col, alias, col);
+        first = 0;
+    }
+    free(list);
+    strbuf_puts(&sb, ")");
+    return sb.buf;
+}
+
+/* The OUTBOX_ADDITIONAL_PLACEMENT columns as a SQL text[] literal (for the start check). */
+static char *placement_columns(const struct config *cfg)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_puts(&sb, "ARRAY[");
+    char *list = xstrdup(cfg->additional_placement ? cfg->additional_placement : "");
+    int first = 1;
+    for (char *save = NULL, *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        *strchr(item, ':') = '\0';
+        strbuf_printf(&sb, "%s'%s'", first ? "" : ", ", item);
+        first = 0;
+    }
+    free(list);
+    strbuf_puts(&sb, "]::text[]");
+    return sb.buf;
+}
+
 /* The claim over table t. Bytes: each row's payload size (its stored size while small and
  * not compressed, else the length of what is sent: the text of a jsonb, json or text
  * payload, the bytes of a bytea one); the claim stops where the sum passes $6 (the relay's
@@ -46,7 +88,7 @@ static char *topic_expression(const char *tmpl)
  * (a quarter less claim time than computing them per candidate row). The last column is
  * the doorbell's count of requeues (schema 5; 0 before), read in the claim's snapshot. */
 static char *claim_sql(const char *t, const char *doorbell, const char *parked,
-                       const char *topic_expr, int bytea, int requeue_count)
+                       const char *topic_expr, const char *headers_expr, int bytea, int requeue_count)
 {
     struct strbuf count;
     strbuf_init(&count);
@@ -59,7 +101,7 @@ static char *claim_sql(const char *t, const char *doorbell, const char *parked,
     strbuf_printf(&sb,
                   "WITH c AS ("
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
-                  "  o.topic, o.payload, o.headers, o.created_at, o.attempts, o.lease_partition"
+                  "  o.topic, o.payload, %s AS headers, o.created_at, o.attempts, o.lease_partition"
                   " FROM unnest($4::int2[], $9::int8[]) AS lp(part, floor)"
                   " CROSS JOIN LATERAL ("
                   "  SELECT * FROM %s p"
@@ -78,7 +120,7 @@ static char *claim_sql(const char *t, const char *doorbell, const char *parked,
                   "  CASE WHEN sz > $7::int8 THEN NULL ELSE %s END, headers::text,"
                   "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz, %s"
                   " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
-                  t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
+                  headers_expr, t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
                   bytea ? "encode(payload, 'hex')" : "payload::text", count.buf);
     strbuf_destroy(&count);
     return sb.buf;
@@ -86,8 +128,10 @@ static char *claim_sql(const char *t, const char *doorbell, const char *parked,
 
 void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count)
 {
-    char *schema_q, *t, *name;
-    schema_names(cfg->table, &schema_q, &t, &name);
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    char *t = schema_rows_relation(cfg->table, cfg->debezium);
+    char *headers_expr = outbox_headers_sql(cfg, "o");
     struct strbuf doorbell, parked;
     strbuf_init(&doorbell);
     strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
@@ -97,10 +141,13 @@ void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int byte
                       "   AND NOT EXISTS (SELECT 1 FROM %s f"
                       " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
     free(sql->claim);
-    sql->claim = claim_sql(t, doorbell.buf, parked.buf, sql->topic_expr, bytea, requeue_count);
+    sql->claim = claim_sql(t, doorbell.buf, parked.buf, sql->topic_expr, headers_expr, bytea,
+                           requeue_count);
     strbuf_destroy(&doorbell);
     strbuf_destroy(&parked);
+    free(headers_expr);
     free(schema_q);
+    free(table_q);
     free(t);
     free(name);
 }
@@ -139,8 +186,10 @@ void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell)
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
 {
-    char *schema_q, *t, *name;
-    schema_names(cfg->table, &schema_q, &t, &name);
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    /* rows are read and written through t: the table, or the Debezium layout's view */
+    char *t = schema_rows_relation(cfg->table, cfg->debezium);
     memset(sql, 0, sizeof(*sql));
     sql->topic_expr = topic_expression(cfg->topic_template);
     struct strbuf sb;
@@ -215,11 +264,13 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   " (SELECT requeued FROM %s.\"%s_doorbell\")"
                   " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
                   "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                  "  AND l.relation = '%s'::regclass", schema_q, name, t);
+                  "  AND l.relation = '%s'::regclass", schema_q, name, table_q);
     sql->floor_probe = sb.buf;
 
     sql->version = schema_version_query(cfg->table);
-    /* At start-up: the version, whether row-level security would hide rows from this role
+    char *placement = placement_columns(cfg);
+    /* At start-up: the version, the layout (and the columns OUTBOX_ADDITIONAL_PLACEMENT
+     * names that the table lacks), whether row-level security would hide rows from this role
      * (enabled, not bypassed by the role, not the owner's unless forced), and the payload
      * column's type (bytea is claimed as hex). */
     strbuf_init(&sb);
@@ -231,8 +282,14 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "  AND r.rolname = current_user) AS rls_hides_rows,"
                   " (SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
                   "  WHERE attrelid = '%s'::regclass AND attname = 'payload' AND NOT attisdropped)"
-                  "  AS payload_type",
-                  sql->version, t, t);
+                  "  AS payload_type,"
+                  " EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '%s'::regclass"
+                  "  AND attname = 'relay_seq' AND NOT attisdropped) AS debezium_layout,"
+                  " (SELECT string_agg(c, ', ') FROM unnest(%s) c WHERE NOT EXISTS (SELECT 1"
+                  "  FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = c"
+                  "  AND NOT attisdropped)) AS missing_columns",
+                  sql->version, table_q, table_q, table_q, placement, table_q);
+    free(placement);
     sql->start_check = sb.buf;
 
     strbuf_init(&sb);
@@ -343,6 +400,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->lease_log = sb.buf;
 
     free(schema_q);
+    free(table_q);
     free(t);
     free(name);
 

@@ -60,7 +60,11 @@ enum claim_col {
     CLAIM_LEASE_PARTITION, CLAIM_PAYLOAD_BYTES, CLAIM_REQUEUED
 };
 enum floor_probe_col { FLOOR_PROBE_WRITERS, FLOOR_PROBE_STILL_WRITING, FLOOR_PROBE_REQUEUED };
-enum start_check_col { START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE };
+enum start_check_col {
+    START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE,
+    START_CHECK_DEBEZIUM_LAYOUT, /* "t" when the table has the Debezium layout's relay_seq */
+    START_CHECK_MISSING_COLUMNS  /* OUTBOX_ADDITIONAL_PLACEMENT columns the table lacks, or NULL */
+};
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
     ROW_FAILED_AGGREGATE_TYPE, ROW_FAILED_EVENT_TYPE, ROW_FAILED_CREATED_MS
@@ -74,6 +78,12 @@ enum lease_acquire_col {
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
+
+/* A row's headers as SQL (jsonb) over the rows relation aliased alias: its headers column,
+ * or in the Debezium layout the OUTBOX_ADDITIONAL_PLACEMENT columns (validated plain
+ * identifiers) of the view's source_row as a JSON object of strings, null for a NULL column
+ * (a header without a value, as the event router sends it). Caller frees. */
+char *outbox_headers_sql(const struct config *cfg, const char *alias);
 /* Rebuilds the claim once the table is known: a bytea payload column is claimed as hex;
  * requeue_count reads the doorbell's count of requeues (schema 5). */
 void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count);

@@ -90,6 +90,8 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
 {
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
+    free(t); /* rows are read and written through the layout's relation */
+    t = schema_rows_relation(cfg->table, cfg->debezium);
     const char *filter = cfg->requeue_id ? "id = $1::int8"
                          : cfg->requeue_key ? "aggregate_id = $1"
                                             : "created_at >= $1::timestamptz AND ($2::timestamptz IS NULL "
@@ -137,11 +139,13 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
+    char *headers = outbox_headers_sql(cfg, "o");
     strbuf_printf(&q,
                   "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
-                  " event_type, topic, %s, headers::text, " OUTBOX_CREATED_MS("created_at")
-                  " FROM %s WHERE status = 'SENT' AND %s ORDER BY id",
-                  bytea ? "encode(payload, 'hex')" : "payload::text", t, filter);
+                  " event_type, topic, %s, %s::text, " OUTBOX_CREATED_MS("created_at")
+                  " FROM %s o WHERE status = 'SENT' AND %s ORDER BY id",
+                  bytea ? "encode(payload, 'hex')" : "payload::text", headers, t, filter);
+    free(headers);
     if (cfg->limit)
         strbuf_printf(&q, " LIMIT %lld", cfg->limit);
     if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
@@ -185,7 +189,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
                 continue;
             struct message msg;
             char why[512];
-            if (message_build(&row, cfg->topic_template, &msg, why, sizeof(why)) != 0) {
+            if (message_build_layout(&row, cfg->topic_template, cfg->debezium, &msg, why, sizeof(why)) != 0) {
                 log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
                 rp.failed++;
                 continue;

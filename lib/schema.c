@@ -16,7 +16,29 @@
 
 int schema_version(void)
 {
-    return schema_files[schema_file_count - 1].version;
+    int v = 0;
+    for (int i = 0; i < schema_file_count; i++)
+        if (schema_files[i].version > v)
+            v = schema_files[i].version;
+    return v;
+}
+
+char *schema_rows_relation(const char *table, int debezium)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(table, &schema_q, &table_q, &name);
+    if (!debezium) {
+        free(schema_q);
+        free(name);
+        return table_q;
+    }
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "%s.\"%s_relay_rows\"", schema_q, name);
+    free(schema_q);
+    free(table_q);
+    free(name);
+    return sb.buf;
 }
 
 void schema_names(const char *table, char **schema_q, char **table_q, char **name)
@@ -211,8 +233,8 @@ static int migrate_payload_type(PGconn *conn, const char *table, const char *wan
     return 0;
 }
 
-int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int *applied,
-                   char *err, size_t errlen)
+int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
+                   int *applied, char *err, size_t errlen)
 {
     char *schema_q, *table_q, *name;
     schema_names(table, &schema_q, &table_q, &name);
@@ -257,8 +279,31 @@ int schema_migrate(PGconn *conn, const char *table, const char *payload_type, in
         goto out;
     const struct placeholders names = {schema_q, table_q, name, ptype};
 
+    /* A table in the other layout is refused before anything runs: the Debezium layout's
+     * table has relay_seq, the native one event_id. */
+    const char *tparam[1] = {table_q};
+    PGresult *lay = pgconn_exec(conn, "SELECT bool_or(attname = 'relay_seq'), bool_or(attname = 'event_id')"
+                                      " FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)"
+                                      " AND NOT attisdropped", 1, tparam, err, errlen);
+    if (!lay)
+        goto out;
+    int has_seq = PQgetvalue(lay, 0, 0)[0] == 't', has_event_id = PQgetvalue(lay, 0, 1)[0] == 't';
+    PQclear(lay);
+    if (!debezium && has_seq) {
+        set_err(err, errlen, "table %s is in the Debezium layout (it has relay_seq): set "
+                "OUTBOX_LAYOUT=debezium", table);
+        goto out;
+    }
+    if (debezium && has_event_id && !has_seq) {
+        set_err(err, errlen, "table %s is in the native layout (it has event_id): unset "
+                "OUTBOX_LAYOUT or set it to native", table);
+        goto out;
+    }
+
     for (int i = 0; i < schema_file_count; i++) {
         const struct schema_file *f = &schema_files[i];
+        if (!(f->layouts & (debezium ? SCHEMA_DEBEZIUM : SCHEMA_NATIVE)))
+            continue;
         char version[16];
         snprintf(version, sizeof(version), "%d", f->version);
         const char *params[2] = {table, version};

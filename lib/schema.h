@@ -6,8 +6,13 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
+/* The table layouts a migration applies to (OUTBOX_LAYOUT; tools/embed_sql.c). */
+#define SCHEMA_NATIVE 1
+#define SCHEMA_DEBEZIUM 2
+
 struct schema_file {
     int version;
+    int layouts; /* SCHEMA_NATIVE, SCHEMA_DEBEZIUM or both */
     const char *name;
     const char *sql; /* with @SCHEMA@, @TABLE@, @NAME@ placeholders */
 };
@@ -25,8 +30,13 @@ void schema_names(const char *table, char **schema_q, char **table_q, char **nam
  * lock, with lock_timeout and a pinned search_path; each in a transaction, with steps
  * outside it where the file asks (see schema.c). Blocking: only for the migrate command,
  * never on the relay loop. conn is borrowed. Returns 0, or -1 with err. */
-int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int *applied,
-                   char *err, size_t errlen);
+int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
+                   int *applied, char *err, size_t errlen);
+
+/* The relation the relay reads and writes rows through: the table itself, or in the
+ * Debezium layout the view "<name>_relay_rows" that gives its columns the native names.
+ * Quoted, with its schema; caller frees. */
+char *schema_rows_relation(const char *table, int debezium);
 
 /* Blocking: the type of the table's payload column (format_type: "jsonb", "bytea", ...),
  * "" when the table or the column does not exist. Returns 0, or -1 with err. */

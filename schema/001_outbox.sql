@@ -1,4 +1,5 @@
 -- 001: the outbox table, its indexes and the optional doorbell.
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 -- Placeholders (filled by `outbox-relay migrate`, never by string input from writers):
 --   @SCHEMA@  quoted schema, @TABLE@  quoted schema.table, @NAME@  bare table name,
 --   @PAYLOAD_TYPE@  the payload column's type (OUTBOX_PAYLOAD_TYPE: jsonb, json, text, bytea).

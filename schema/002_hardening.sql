@@ -1,4 +1,5 @@
 -- 002: rows and roles users really have. Online: no table rewrite, no long lock.
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 -- * created_at must be finite: a CHECK added NOT VALID (a short ACCESS EXCLUSIVE lock, no
 --   scan); then, outside the transaction, old rows with an infinite created_at (which no
 --   relay could publish before the relay's expressions stopped throwing) get the time of

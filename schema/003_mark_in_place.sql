@@ -1,4 +1,5 @@
 -- 003: the mark writes a few bytes of WAL instead of the whole row again. Online: only a
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 -- storage parameter (SHARE UPDATE EXCLUSIVE: writers and relays go on), no rewrite.
 -- * fillfactor 45: a page is left more than half empty when rows are inserted, so the
 --   mark's new row version fits on the row's own page. PostgreSQL then logs only the bytes

@@ -1,4 +1,5 @@
 -- 004: the writers' function. Online: a new function, nothing else changes.
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 --   <schema>.<table>_enqueue(aggregate_type, aggregate_id, event_type, payload,
 --                            headers, event_id, topic, traceparent, tracestate) -> id
 -- inserts one event and returns its id. event_id is the idempotency key: a writer that

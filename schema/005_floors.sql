@@ -1,4 +1,5 @@
 -- 005: for claims above proven floors (lib/relay/floor.h), and a doorbell that never makes
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 -- a writer wait for another. Online: a column with a constant default on the one-row
 -- doorbell table (the outbox table is not touched) and a replaced trigger function.
 -- * requeued: a count of requeues, read by every claim. Relays claim above a proven floor

@@ -1,4 +1,5 @@
 -- 006: a doorbell writers do not pay for while the relay is busy.
+-- @layout native (the Debezium layout reaches version 6 by schema/debezium/006_layout.sql)
 -- Until 005 every INSERT statement ran the doorbell's PL/pgSQL trigger, which read the
 -- one-row doorbell table, armed or not: with 8 writers that call alone cost 15-25% of their
 -- transactions (bench/writer_cost.sh; an empty PL/pgSQL trigger costs nearly as much).

@@ -17,6 +17,7 @@ src=$(pwd)
 bash scripts/deps.sh || exit 1
 bash test/env/kafka.sh fetch || exit 1
 KAFKA_VERSION=3.9.1 bash test/env/kafka.sh fetch || exit 1 # the SCRAM broker of the tls test
+bash test/env/connect.sh fetch || exit 1 # Kafka Connect and Debezium, for the side-by-side test
 
 build=${OUTBOX_TEST_BUILD:-build-test}
 if [ ! -f "$build/build.ninja" ]; then

@@ -1,8 +1,13 @@
 /* Build-time helper: turns schema/NNN_*.sql files into a C array so that the relay
- * binary carries its own migrations. Usage: embed_sql OUT.c FILE... (in order). */
+ * binary carries its own migrations. Usage: embed_sql OUT.c FILE... (in order).
+ * A file under a debezium/ folder is for the Debezium layout only; a file with the line
+ * "-- @layout native" is for the native layout only; any other is for both. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SCHEMA_NATIVE 1
+#define SCHEMA_DEBEZIUM 2
 
 int main(int argc, char **argv)
 {
@@ -25,7 +30,15 @@ int main(int argc, char **argv)
         }
         const char *base = strrchr(argv[i], '/');
         base = base ? base + 1 : argv[i];
-        fprintf(out, "    {%d, \"%s\",\n     \"", atoi(base), base);
+        int layouts = strstr(argv[i], "/debezium/") ? SCHEMA_DEBEZIUM : 0;
+        char line[256];
+        while (!layouts && fgets(line, sizeof(line), in))
+            if (strncmp(line, "-- @layout native", 17) == 0)
+                layouts = SCHEMA_NATIVE;
+        rewind(in);
+        if (!layouts)
+            layouts = SCHEMA_NATIVE | SCHEMA_DEBEZIUM;
+        fprintf(out, "    {%d, %d, \"%s\",\n     \"", atoi(base), layouts, base);
         int c;
         while ((c = fgetc(in)) != EOF) {
             if (c == '\n')

@@ -103,7 +103,7 @@ static int migrate(const struct config *cfg)
         return 1;
     char err[1024];
     int applied = 0;
-    int rc = schema_migrate(conn, cfg->table, cfg->payload_type, &applied, err, sizeof(err));
+    int rc = schema_migrate(conn, cfg->table, cfg->payload_type, cfg->debezium, &applied, err, sizeof(err));
     PQfinish(conn);
     if (rc != 0) {
         log_error("migrate: %s", err);

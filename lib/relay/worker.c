@@ -68,6 +68,23 @@ static void version_result(struct relay *r, PGresult *res)
     int have = 0;
     switch (schema_check_result(res, r->cfg->table, &have, err, sizeof(err))) {
     case SCHEMA_OK: {
+        int dbz_table = PQnfields(res) > START_CHECK_MISSING_COLUMNS &&
+                        strcmp(PQgetvalue(res, 0, START_CHECK_DEBEZIUM_LAYOUT), "t") == 0;
+        if (dbz_table != r->cfg->debezium) {
+            log_error("schema: table %s is in the %s layout but OUTBOX_LAYOUT=%s: %s", r->cfg->table,
+                      dbz_table ? "debezium" : "native", r->cfg->layout,
+                      dbz_table ? "set OUTBOX_LAYOUT=debezium"
+                                : "set OUTBOX_LAYOUT=native, or migrate a Debezium outbox table with "
+                                  "OUTBOX_LAYOUT=debezium");
+            relay_finish(r, 1);
+            break;
+        }
+        if (dbz_table && !PQgetisnull(res, 0, START_CHECK_MISSING_COLUMNS)) {
+            log_error("schema: OUTBOX_ADDITIONAL_PLACEMENT names columns that %s does not have: %s",
+                      r->cfg->table, PQgetvalue(res, 0, START_CHECK_MISSING_COLUMNS));
+            relay_finish(r, 1);
+            break;
+        }
         const char *ptype = PQgetisnull(res, 0, START_CHECK_PAYLOAD_TYPE)
                                 ? "none" : PQgetvalue(res, 0, START_CHECK_PAYLOAD_TYPE);
         r->payload_bytea = strcmp(ptype, "bytea") == 0;

@@ -6,7 +6,8 @@
 #   pg.sh standby DIR PORT PRIMARY_PORT
 #                           streaming standby of the server on PRIMARY_PORT (pg_basebackup -R)
 #   pg.sh promote DIR       promotes a standby to primary (waits until it accepts writes)
-# PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark).
+# PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark). PG_EXTRA_CONF: more
+# postgresql.conf lines for a new cluster (e.g. "wal_level = logical" for Debezium).
 # initdb and pg_ctl refuse to run as root, so as root they run as the "postgres" user.
 set -euo pipefail
 bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -35,6 +36,7 @@ shared_buffers = 256MB
 max_connections = 200
 max_prepared_transactions = 10
 log_min_messages = warning
+${PG_EXTRA_CONF:-}
 CONF
         # Tests trade durability for speed; the benchmark (PG_DURABLE=1) keeps it.
         if [ "${PG_DURABLE:-0}" != 1 ]; then

@@ -6,7 +6,7 @@
 # restarted relay's estimate) plus one claim.
 . "$(dirname "$0")/lib.sh"
 setup_db
-psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+psqlc "INSERT INTO outbox ($OUTBOX_COLS)
        SELECT 'order', 'k' || (g % 50), 'Created', jsonb_build_object('n', g) FROM generate_series(1, 3000) g"
 RELAY_ENV=(OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=1000 OUTBOX_BATCH_SIZE=200 OUTBOX_MAX_INFLIGHT=600)
 start_relay crash >/dev/null

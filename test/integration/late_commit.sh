@@ -18,7 +18,7 @@ CREATE TRIGGER a_stall BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION sta
 start_relay main >/dev/null
 ins() { # key payload-json
     echo "UPDATE aggregate SET version = version + 1 WHERE id = '$1';
-          INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '$1', 'E', '$2');"
+          INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', 'E', '$2');"
 }
 p() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" "$@" >/dev/null; }
 
@@ -30,7 +30,7 @@ p -c "BEGIN; $(ins k1 '{"case":"a","n":2}') COMMIT;" &
 a2=$!
 # (b) k2: id drawn, then the BEFORE trigger stalls for 3 s; a second k2 writer follows.
 p -c "BEGIN; UPDATE aggregate SET version = version + 1 WHERE id = 'k2';
-      INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'k2', 'E', '{\"stall\":\"yes\"}'); COMMIT;" &
+      INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'k2', 'E', '{\"stall\":\"yes\"}'); COMMIT;" &
 b=$!
 sleep 0.3
 p -c "BEGIN; $(ins k2 '{"case":"b","n":2}') COMMIT;" &

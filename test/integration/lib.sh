@@ -42,9 +42,17 @@ psqlc() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "$1"; }
 # the least-privilege roles of deploy/roles.sql: relays started by start_relay log in as
 # it_relay, the writers helper as it_writer (INSERT on the outbox, and its own aggregate
 # table). Tests write their own fixtures as postgres.
+# In the Debezium layout (RELAYTEST_LAYOUT=debezium) the table is first created as Debezium's
+# users have it (with a default for id, so that a test's own INSERTs need not give one;
+# the writers helper gives it, as Debezium's writers do), then migrated.
 setup_db() {
     fresh_db
-    OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
+    if [ "$LAYOUT" = debezium ]; then
+        psqlc "CREATE TABLE outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+                 aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+                 type varchar(255) NOT NULL, payload jsonb)"
+    fi
+    OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=$LAYOUT "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
         { cat "$WORK/migrate.log"; fail "migrate failed"; }
     db_fixtures
 }
@@ -73,11 +81,44 @@ db_fixtures() {
 # outbox_all: the table itself, and in delete mode also the rows deleted since (a trigger
 # keeps them in outbox_gone), shown as SENT at the time of their deletion — so check,
 # count_status and a test's own queries mean the same in both modes.
-ON_SENT=${RELAYTEST_ON_SENT:-mark}
+#
+# RELAYTEST_LAYOUT=debezium runs a test on Debezium's outbox table (OUTBOX_LAYOUT=debezium,
+# whose default is delete mode): outbox_all then shows it with the native column names (it
+# reads the relay's view outbox_relay_rows), tests insert $OUTBOX_COLS, and messages carry
+# the event id in the header id.
+LAYOUT=${RELAYTEST_LAYOUT:-native}
+if [ "$LAYOUT" = debezium ]; then
+    ON_SENT=${RELAYTEST_ON_SENT:-delete}
+    OUTBOX_COLS="aggregatetype, aggregateid, type, payload"
+    ID_HEADER=id
+else
+    ON_SENT=${RELAYTEST_ON_SENT:-mark}
+    OUTBOX_COLS="aggregate_type, aggregate_id, event_type, payload"
+    ID_HEADER=event_id
+fi
 outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbox)
     local t=${1:-outbox}
     local cols="id, event_id, aggregate_type, aggregate_id, event_type, topic, payload, headers"
-    if [ "$ON_SENT" = delete ]; then
+    if [ "$LAYOUT" = debezium ]; then
+        local gone="SELECT relay_seq, id::text, aggregatetype::text, aggregateid::text, type::text, NULL::text,
+                      payload, NULL::jsonb, 'SENT', relay_attempts, relay_error, relay_created_at, gone_at,
+                      relay_partition FROM ${t}_gone"
+        [ "$ON_SENT" = delete ] || gone="$gone WHERE false"
+        # (copied by column name: a test may add columns of its own to the table)
+        psqlc "CREATE TABLE ${t}_gone (LIKE $t);
+               ALTER TABLE ${t}_gone ADD COLUMN gone_at timestamptz NOT NULL DEFAULT clock_timestamp();
+               CREATE FUNCTION ${t}_keep_gone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+                 SET search_path = pg_catalog, public AS \$\$
+               BEGIN
+                 INSERT INTO ${t}_gone SELECT (jsonb_populate_record(NULL::${t}_gone,
+                   to_jsonb(OLD) || jsonb_build_object('gone_at', clock_timestamp()))).*;
+                 RETURN NULL;
+               END \$\$;
+               CREATE TRIGGER ${t}_keep_gone AFTER DELETE ON $t FOR EACH ROW EXECUTE FUNCTION ${t}_keep_gone();
+               CREATE VIEW ${t}_all AS
+                 SELECT $cols, status, attempts, last_error, created_at, sent_at, lease_partition FROM ${t}_relay_rows
+                 UNION ALL $gone"
+    elif [ "$ON_SENT" = delete ]; then
         psqlc "CREATE TABLE ${t}_gone (LIKE $t);
                ALTER TABLE ${t}_gone ADD COLUMN gone_at timestamptz NOT NULL DEFAULT clock_timestamp();
                CREATE FUNCTION ${t}_keep_gone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
@@ -131,7 +172,7 @@ relay_env() {
         OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
         OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
-        OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}" OUTBOX_ON_SENT="$ON_SENT")
+        OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}" OUTBOX_ON_SENT="$ON_SENT" OUTBOX_LAYOUT="$LAYOUT")
 }
 
 # start_relay NAME [flags...]: runs the relay in the background, log in $WORK/relay-NAME.log
@@ -208,7 +249,9 @@ all_sent() { [ "$(count_status PENDING)" = 0 ] && [ "$(count_status FAILED)" = 0
 # writers CLIENTS TRANSACTIONS KEYS [AGG_TYPE]: concurrent writers that follow the writer
 # rule (lock the aggregate row, then insert the outbox row, in one transaction).
 writers() {
-    local clients=$1 tx=$2 keys=$3 agg=${4:-order}
+    local clients=$1 tx=$2 keys=$3 agg=${4:-order} writer_cols=$OUTBOX_COLS writer_id=
+    # Debezium's writers give the event's uuid themselves
+    [ "$LAYOUT" = debezium ] && writer_cols="id, $OUTBOX_COLS" writer_id="gen_random_uuid(), "
     # (rows that exist are not inserted again: ON CONFLICT alone would wait for a transaction
     # holding one of them, as late_commit's late writers do)
     psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, $keys) g
@@ -217,8 +260,8 @@ writers() {
 \set k random(1, $keys)
 BEGIN;
 UPDATE aggregate SET version = version + 1 WHERE id = 'k' || :k;
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-  VALUES ('$agg', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k, 'pad', repeat('x', 200)));
+INSERT INTO outbox ($writer_cols)
+  VALUES ($writer_id'$agg', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k, 'pad', repeat('x', 200)));
 COMMIT;
 SQL
     "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U "${WRITER_USER:-postgres}" -c "$clients" -j 2 \
@@ -240,7 +283,8 @@ check() {
     "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
         -c "SELECT id, event_id, aggregate_id, $value FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv"
-    "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" "$@" \
+    "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" \
+        --id-header "$ID_HEADER" "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"
     local rc=$?
     cat "$WORK/check.out"

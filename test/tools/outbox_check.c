@@ -2,13 +2,16 @@
  * the high watermark and compares with the rows the outbox table holds.
  *
  *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact] [--values]
- *                [--no-partition-check]
+ *                [--no-partition-check] [--id-header NAME] [--dump FILE]
  *   outbox-check --partition-of COUNT   (keys on stdin, one per line: "key<TAB>partition")
  *
  * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id", and with
  * --values a fourth column, the value Kafka must hold: "x" and its bytes in hex ("x" alone
  * for an empty value), or "-" for none (a null value): every delivery is compared byte for
- * byte (value_mismatches).
+ * byte (value_mismatches). --id-header names the header that carries the event id (default
+ * event_id; id for Debezium-shaped messages). --dump writes one line per delivery, in the
+ * order read: "event id<TAB>partition<TAB>key<TAB>value<TAB>headers", key and value in hex
+ * ("-" for null), headers as name=hexvalue joined by ";" in the message's order.
  * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
  * partition_mismatches=.. unexpected=.. fenced=.. stale_duplicates=.. fencing_violations=.."
  * and exits 1 if anything was lost, reordered per key (first deliveries out of id order),
@@ -169,6 +172,35 @@ static void load_expected(const char *path)
     qsort(rows, n_rows, sizeof(*rows), cmp_event);
 }
 
+static void put_hex(FILE *f, const void *p, size_t n)
+{
+    if (!p) {
+        fputc('-', f);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%02x", ((const unsigned char *)p)[i]);
+}
+
+/* One delivery as a --dump line (see the top of this file). */
+static void dump_message(FILE *f, const char *event_id, const rd_kafka_message_t *m,
+                         rd_kafka_headers_t *hdrs)
+{
+    fprintf(f, "%s\t%d\t", event_id, (int)m->partition);
+    put_hex(f, m->key, m->key_len);
+    fputc('\t', f);
+    put_hex(f, m->payload, m->len);
+    fputc('\t', f);
+    const char *name;
+    const void *v;
+    size_t vlen;
+    for (size_t i = 0; hdrs && rd_kafka_header_get_all(hdrs, i, &name, &v, &vlen) == 0; i++) {
+        fprintf(f, "%s%s=", i ? ";" : "", name);
+        put_hex(f, v, vlen);
+    }
+    fputc('\n', f);
+}
+
 int main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
@@ -184,6 +216,8 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    const char *id_header = "event_id";
+    FILE *dump = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
             bootstrap = argv[++i];
@@ -199,9 +233,18 @@ int main(int argc, char **argv)
             partition_check = 0;
         else if (!strcmp(argv[i], "--verbose"))
             verbose = 1;
+        else if (!strcmp(argv[i], "--id-header") && i + 1 < argc)
+            id_header = argv[++i];
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
+            if (!(dump = fopen(argv[++i], "w"))) {
+                perror(argv[i]);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "usage: outbox-check --bootstrap B --topics T1,T2 --expected FILE "
-                            "[--exact] [--no-partition-check] [--values] [--verbose]\n");
+                            "[--exact] [--no-partition-check] [--values] [--verbose] "
+                            "[--id-header NAME] [--dump FILE]\n");
             return 2;
         }
     }
@@ -300,10 +343,12 @@ int main(int argc, char **argv)
         size_t vlen = 0;
         char event_id[64] = "";
         if (rd_kafka_message_headers(m, &hdrs) == 0 &&
-            rd_kafka_header_get_last(hdrs, "event_id", &val, &vlen) == 0 && vlen < sizeof(event_id)) {
+            rd_kafka_header_get_last(hdrs, id_header, &val, &vlen) == 0 && vlen < sizeof(event_id)) {
             memcpy(event_id, val, vlen);
             event_id[vlen] = '\0';
         }
+        if (dump)
+            dump_message(dump, event_id, m, hdrs);
         struct expected_row *row = find_event(event_id);
         if (!row) {
             unexpected++;
@@ -406,6 +451,10 @@ int main(int argc, char **argv)
            "fencing_violations=%lld value_mismatches=%lld\n",
            n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected, fenced,
            stale_duplicates, fencing_violations, value_mismatches);
+    if (dump && fclose(dump) != 0) {
+        perror("outbox-check: --dump");
+        return 2;
+    }
     rd_kafka_topic_partition_list_destroy(assign);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);

@@ -128,6 +128,8 @@ static void test_invalid(void)
         /* malformed DSNs that carry a password: the error names the setting, never the secret */
         {"OUTBOX_PG_DSN=postgresql+psycopg://app:s3cret@db/app", NULL, NULL, "OUTBOX_PG_DSN"},
         {"OUTBOX_PG_DSN=postgresql://app:hun%zzs3cret@db/app", NULL, NULL, "OUTBOX_PG_DSN"},
+        {"OUTBOX_LAYOUT=eventuate", NULL, NULL, "OUTBOX_LAYOUT"},
+        {"OUTBOX_ADDITIONAL_PLACEMENT=tenant:header", NULL, NULL, "OUTBOX_LAYOUT=debezium only"},
         {"OUTBOX_PG_DSN=postgresql://app:s3cret@[::1/app", NULL, NULL, "OUTBOX_PG_DSN"},
         {"OUTBOX_PG_DSN=postgresql://app:s3cret@db/app?nosuchoption=1", NULL, NULL, "OUTBOX_PG_DSN"},
         {"OUTBOX_PG_DSN=postgresql://app@db/app?password=s3cret%zz", NULL, NULL, "OUTBOX_PG_DSN"},
@@ -206,8 +208,51 @@ static void test_command_args(void)
     config_destroy(&cfg);
 }
 
+/* OUTBOX_LAYOUT=debezium: delete-on-send unless set; OUTBOX_ADDITIONAL_PLACEMENT's shape. */
+static void test_debezium_layout(void)
+{
+    struct config cfg;
+    char err[512];
+    char *run[] = {"outbox-relay", NULL};
+    char *dbz[] = {"OUTBOX_LAYOUT=debezium", "OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,type:header:eventType",
+                   NULL};
+    is_int(load(&cfg, dbz, run, err, sizeof(err)), 0, "debezium layout with placement: %s", err);
+    ok(cfg.debezium, "layout debezium");
+    is_str(cfg.on_sent, "delete", "the debezium layout deletes on send by default");
+    config_destroy(&cfg);
+    char *dbz_mark[] = {"OUTBOX_LAYOUT=debezium", "OUTBOX_ON_SENT=mark", NULL};
+    is_int(load(&cfg, dbz_mark, run, err, sizeof(err)), 0, "debezium layout in mark mode: %s", err);
+    is_str(cfg.on_sent, "mark", "an explicit OUTBOX_ON_SENT wins");
+    config_destroy(&cfg);
+    char *native[] = {NULL};
+    is_int(load(&cfg, native, run, err, sizeof(err)), 0, "defaults: %s", err);
+    ok(!cfg.debezium, "layout native by default");
+    is_str(cfg.on_sent, "mark", "the native layout marks by default");
+    config_destroy(&cfg);
+    static const char *bad[][2] = {
+        {"tenant:envelope", "placement 'envelope'"},
+        {"tenant:partition", "placement 'partition'"},
+        {"tenant", "expected column:header"},
+        {"tenant:header:a:b", "expected column:header"},
+        {"tenant:header,", "trailing comma"},
+        {"ten ant:header", "not a plain identifier"},
+        {"tenant:header:x\"y", "not a plain identifier"},
+        {"x:header:id", "reserved"},
+        {"outbox_lease:header", "reserved"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char setting[128];
+        snprintf(setting, sizeof(setting), "OUTBOX_ADDITIONAL_PLACEMENT=%s", bad[i][0]);
+        char *env[] = {"OUTBOX_LAYOUT=debezium", setting, NULL};
+        is_int(load(&cfg, env, run, err, sizeof(err)), -1, "placement '%s' refused", bad[i][0]);
+        ok(strstr(err, "OUTBOX_ADDITIONAL_PLACEMENT") && strstr(err, bad[i][1]), "says why: %s", err);
+        config_destroy(&cfg);
+    }
+}
+
 int main(void)
 {
+    test_debezium_layout();
     test_command_args();
     test_topic_allow();
     test_defaults();

@@ -109,6 +109,28 @@ int main(void)
     ok(message_build(&row, "t", &m, err, sizeof(err)) == -1 && strstr(err, "more than 60 headers"),
        "a 61st writer header is refused: %s", err);
 
+    /* The Debezium layout: the id header, then the additional placement's; a NULL column is
+     * a header without a value; the native layout's names are free there, id is not. */
+    row = base_row();
+    row.headers = "{\"tenant\": \"t1\", \"eventType\": \"OrderPlaced\", \"gone\": null, \"event_type\": \"x\"}";
+    is_int(message_build_layout(&row, "outbox.event.{aggregate_type}", 1, &m, err, sizeof(err)), 0,
+           "debezium layout builds: %s", err);
+    is_str(m.topic, "outbox.event.order", "debezium: topic from the template");
+    is_int(m.n_headers, 5, "debezium: id + 4 placement headers");
+    is_str(m.headers[0].name, "id", "debezium: id first");
+    is_str(m.headers[0].value, row.event_id, "debezium: id is the event id");
+    ok(header(&m, "event_id") == NULL, "debezium: no event_id header");
+    is_str(header(&m, "eventType"), "OrderPlaced", "debezium: placement header");
+    is_str(header(&m, "event_type"), "x", "debezium: event_type is an ordinary name");
+    ok(m.headers[3].value == NULL && strcmp(m.headers[3].name, "gone") == 0, "debezium: NULL column, NULL value");
+    message_destroy(&m);
+    row.headers = "{\"id\": \"spoof\"}";
+    ok(message_build_layout(&row, "t", 1, &m, err, sizeof(err)) == -1 && strstr(err, "'id' is reserved"),
+       "debezium: a header named id is refused: %s", err);
+    row.headers = "{\"gone\": null}";
+    ok(message_build(&row, "t", &m, err, sizeof(err)) == -1 && strstr(err, "not a string"),
+       "native: a null header value is still refused: %s", err);
+
     char long_name[300];
     memset(long_name, 'a', 250);
     long_name[250] = '\0';

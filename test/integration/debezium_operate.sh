@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Operating the Debezium layout. Wrong settings stop the relay naming what to set: the
+# native layout on a Debezium table (relay and migrate), the Debezium layout on a native
+# table, an OUTBOX_ADDITIONAL_PLACEMENT column the table lacks, a table without Debezium's
+# columns. migrate is safe to run again. Poison: a row whose aggregatetype makes an invalid
+# topic is parked with its reason while other keys flow, the later rows of its key wait,
+# `status` lists it, and after the operator fixes the row `requeue --key` lets both flow in
+# order (by delete-on-send, the table ends empty).
+RELAYTEST_LAYOUT=debezium
+. "$(dirname "$0")/lib.sh"
+setup_db
+psqlc "ALTER TABLE outbox ADD COLUMN tenant text" # a column of the user's own, after migrate
+
+# The same migrate again: nothing to do.
+OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate2.log" 2>&1 ||
+    fail "a second migrate failed: $(cat "$WORK/migrate2.log")"
+grep -q "0 migrations applied" "$WORK/migrate2.log" || fail "a second migrate applied something: $(cat "$WORK/migrate2.log")"
+
+refused() { # WHAT WANT-PATTERN COMMAND...: COMMAND exits non-zero with a message matching WANT
+    local what=$1 want=$2 rc=0
+    shift 2
+    timeout 30 "$@" >"$WORK/refused.out" 2>&1 || rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q "$want" "$WORK/refused.out" ||
+        fail "$what: exit $rc, want a refusal matching '$want': $(tail -3 "$WORK/refused.out")"
+    log "$what: refused: $(grep -m1 -o "$want.*" "$WORK/refused.out" | cut -c1-110)"
+}
+relay_env
+native_env=("${RELAY_BASE_ENV[@]}" OUTBOX_LAYOUT=native)
+refused "native migrate on a Debezium table" "set OUTBOX_LAYOUT=debezium" \
+    env OUTBOX_PG_DSN="$DSN" OUTBOX_LAYOUT=native "$RELAYTEST_RELAY_BIN" migrate
+refused "native relay on a Debezium table" "set OUTBOX_LAYOUT=debezium" \
+    env "${native_env[@]}" "$RELAYTEST_RELAY_BIN"
+refused "placement of a missing column" "OUTBOX_ADDITIONAL_PLACEMENT names columns.*: nope" \
+    env "${RELAY_BASE_ENV[@]}" OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,nope:header "$RELAYTEST_RELAY_BIN"
+psqlc "CREATE TABLE native_one (x int)"
+psqlc "CREATE TABLE not_debezium (id uuid PRIMARY KEY, aggregate_type text, payload jsonb)"
+refused "Debezium migrate on a table without Debezium's columns" "is not a Debezium outbox table: it has no column aggregatetype, aggregateid, type" \
+    env OUTBOX_PG_DSN="$DSN" OUTBOX_LAYOUT=debezium OUTBOX_TABLE=not_debezium "$RELAYTEST_RELAY_BIN" migrate
+OUTBOX_PG_DSN=$DSN OUTBOX_TABLE=native_tab "$RELAYTEST_RELAY_BIN" migrate >/dev/null 2>&1 || fail "native migrate of native_tab failed"
+refused "Debezium migrate on a native table" "is in the native layout" \
+    env OUTBOX_PG_DSN="$DSN" OUTBOX_LAYOUT=debezium OUTBOX_TABLE=native_tab "$RELAYTEST_RELAY_BIN" migrate
+refused "Debezium relay on a native table" "table public.native_tab is in the native layout" \
+    env "${RELAY_BASE_ENV[@]}" OUTBOX_TABLE=native_tab "$RELAYTEST_RELAY_BIN"
+
+# Poison: key kp's second row names an invalid topic ("bad type" has a space).
+ins() { # aggregatetype key n
+    psqlc "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant)
+           VALUES (gen_random_uuid(), '$1', '$2', 'E', '{\"n\": $3}', 't1')"
+}
+for n in 1 2 3; do
+    for k in 1 2 3 4 5; do ins order "ok-$k" "$n"; done
+    if [ "$n" = 2 ]; then ins "bad type" kp "$n"; else ins order kp "$n"; fi
+done
+RELAY_ENV=(OUTBOX_ADDITIONAL_PLACEMENT=tenant:header)
+start_relay main >/dev/null
+parked() { [ "$(count_status FAILED)" = 1 ] && [ "$(count_where "aggregate_id LIKE 'ok-%' AND status <> 'SENT'")" = 0 ]; }
+wait_until 60 "the poison row parked and the other keys published" parked
+reason=$(psqlc "SELECT last_error FROM outbox_relay_rows WHERE status = 'FAILED'")
+log "parked: $reason"
+grep -q "not a valid Kafka topic name" <<<"$reason" || fail "unclear reason: $reason"
+sleep 1
+got=$(psqlc "SELECT string_agg(payload->>'n' || ':' || status, ' ' ORDER BY id) FROM outbox_all WHERE aggregate_id = 'kp'")
+[ "$got" = "1:SENT 2:FAILED 3:PENDING" ] || fail "kp's later row did not wait: $got"
+"$RELAYTEST_RELAY_BIN" status --pg-dsn "$DSN" --layout debezium >"$WORK/status.txt" ||
+    fail "status failed: $(cat "$WORK/status.txt")"
+grep -q "bad type" "$WORK/status.txt" || fail "status does not list the parked row: $(cat "$WORK/status.txt")"
+
+# The operator fixes the row in the table writers use, then requeues the key.
+psqlc "UPDATE outbox SET aggregatetype = 'order' WHERE aggregatetype = 'bad type'"
+out=$("$RELAYTEST_RELAY_BIN" requeue --key kp --pg-dsn "$DSN" --layout debezium)
+[ "$out" = "requeued 1 parked row to PENDING" ] || fail "requeue --key: $out"
+wait_until 30 "kp's rows published after requeue" all_sent
+[ "$(psqlc "SELECT count(*) FROM outbox")" = 0 ] || fail "delete-on-send left rows in the table"
+stop_relay main || fail "relay exited with $? on SIGTERM"
+check "$TOPIC_PREFIX.order" --exact || fail "loss, duplicates or disorder after the requeue"
+log "ok"
