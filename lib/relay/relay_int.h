@@ -169,6 +169,13 @@ struct relay {
     int schema_logged;
     int payload_bytea;              /* the payload column is bytea: claimed as hex */
     ev_timer retry_timer;           /* after a failed statement */
+    /* The last statement failure logged, so that the same failure retried every 0.5 s is
+     * logged once a minute with its count rather than each time (worker.c). */
+    struct {
+        char last[640];
+        int64_t logged_ms;
+        long repeats;
+    } fail_log;
 
     ev_timer shutdown_timer;
     int shutdown_requests;

@@ -21,7 +21,23 @@ static void statement_failed(struct relay *r, const char *what, PGresult *res)
     char line[512];
     pgconn_error_line(res, line, sizeof(line));
     const char *state = pgconn_sqlstate(res);
-    log_warn("pg worker: %s failed (%s): %s", what, state, line);
+    char key[sizeof(r->fail_log.last)];
+    snprintf(key, sizeof(key), "%s failed (%s): %s", what, state, line);
+    int64_t now = mono_ms();
+    if (strcmp(key, r->fail_log.last) != 0) {
+        log_warn("pg worker: %s", key);
+        snprintf(r->fail_log.last, sizeof(r->fail_log.last), "%s", key);
+        r->fail_log.logged_ms = now;
+        r->fail_log.repeats = 0;
+    } else if (now - r->fail_log.logged_ms >= 60000) {
+        log_warn("pg worker: %s (again, %ld more times since it was last logged)", key,
+                 r->fail_log.repeats + 1);
+        r->fail_log.logged_ms = now;
+        r->fail_log.repeats = 0;
+    } else {
+        r->fail_log.repeats++;
+        log_debug("pg worker: %s", key);
+    }
     if (strncmp(state, "57P", 3) == 0)
         pgconn_reset(r->worker, "server is shutting down");
     else if (!ev_is_active(&r->retry_timer)) {

@@ -6,7 +6,8 @@
 #   - every relay session pins its search_path: functions planted in a schema that the
 #     database puts first (clock_timestamp, pg_try_advisory_lock) are never called;
 #   - row-level security on the outbox table that the relay's role does not bypass stops
-#     start-up with a clear message; with BYPASSRLS the relay runs.
+#     start-up with a clear message; with BYPASSRLS the relay runs;
+#   - without the grant the doorbell needs, the relay says so once and relays by its poll.
 . "$(dirname "$0")/lib.sh"
 setup_db
 for r in rl_relay rl_writer; do
@@ -62,6 +63,22 @@ start_relay bypass >/dev/null
 wait_until 30 "a relay role with BYPASSRLS relays every row" all_sent
 stop_relay bypass || fail "relay exited with $? on SIGTERM"
 log "row-level security: refused without BYPASSRLS (exit 1, clear message), relays with it"
+
+# A missing grant that only the doorbell needs (UPDATE on the bell sequence): the relay says
+# so once - not on every idle poll, which retries it every half second - and rows still flow
+# by its poll.
+psqlc "ALTER TABLE outbox DISABLE ROW LEVEL SECURITY; REVOKE UPDATE ON SEQUENCE outbox_bell FROM rl_relay"
+start_relay noarm >/dev/null
+wait_until 30 "the relay without the bell grant says so" grep -q "arming the doorbell failed" "$WORK/relay-noarm.log"
+for i in 1 2 3 4 5 6; do
+    psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'nb$i', 'E', '{}')"
+    sleep 0.7
+done
+wait_until 30 "rows flow by the poll without the doorbell" all_sent
+stop_relay noarm || fail "relay exited with $? on SIGTERM"
+said=$(grep -c "arming the doorbell failed" "$WORK/relay-noarm.log")
+[ "$said" = 1 ] || fail "the same failure was logged $said times in 5 s (want once a minute)"
+log "missing bell grant: logged once, rows flowed by the poll"
 psqlc "ALTER DATABASE $DB RESET search_path"
 for r in rl_relay rl_writer; do psqlc "DROP OWNED BY $r; DROP ROLE $r"; done
 log "ok"
