@@ -4,6 +4,8 @@
  *   kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET
  *     (deletes the partition's messages below OFFSET, as retention deletes old segments:
  *     the low watermark moves to OFFSET)
+ *   kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS
+ *     (prints the sum of the partitions' high watermarks: the messages a fresh topic holds)
  * Exits 0 when the broker accepted the request. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -14,11 +16,12 @@ static int usage(void)
 {
     fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n"
                     "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS\n"
-                    "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n");
+                    "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n"
+                    "       kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS\n");
     return 2;
 }
 
-enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS };
+enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS, COUNT };
 
 /* The error of the one topic or partition the request was about. */
 static int result(rd_kafka_event_t *ev, enum op op)
@@ -57,6 +60,8 @@ int main(int argc, char **argv)
         op = CREATE_TOPIC;
     else if (strcmp(argv[3], "delete-records") == 0 && argc == 7)
         op = DELETE_RECORDS;
+    else if (strcmp(argv[3], "count") == 0 && argc == 6)
+        op = COUNT;
     else
         return usage();
     char err[512];
@@ -69,6 +74,23 @@ int main(int argc, char **argv)
     if (!rk) {
         fprintf(stderr, "kafka-admin: %s\n", err);
         return 1;
+    }
+    if (op == COUNT) { /* a topic that does not exist yet counts 0 */
+        long long sum = 0;
+        for (int p = 0; p < atoi(argv[5]); p++) {
+            int64_t lo = 0, hi = 0;
+            rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, argv[4], p, &lo, &hi, 10000);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+                sum += hi;
+            else if (e != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+                fprintf(stderr, "kafka-admin: %s/%d: %s\n", argv[4], p, rd_kafka_err2str(e));
+                rd_kafka_destroy(rk);
+                return 1;
+            }
+        }
+        printf("%lld\n", sum);
+        rd_kafka_destroy(rk);
+        return 0;
     }
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_NewPartitions_t *np = NULL;
