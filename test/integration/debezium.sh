@@ -13,7 +13,8 @@
 # same partition and the same headers in the same order, except what the README lists: the
 # event router's __debezium.context.* headers and the relay's outbox_lease header. Both sides
 # also lose nothing, duplicate nothing and keep per-key order (outbox-check), and Debezium
-# ignores the relay's deletes (no other message reaches its topics).
+# ignores the relay's deletes (no other message reaches its topics). Timestamps: the relay's
+# (the row's insert time) is never later than Debezium's.
 RELAYTEST_LAYOUT=debezium
 . "$(dirname "$0")/lib.sh"
 rows_per_writer=${DEBEZIUM_ROWS_PER_WRITER:-250}
@@ -149,6 +150,16 @@ for t in order payment; do
         fail "$t: not every relay message has its outbox_lease header"
 done
 [ "$compared" = "$total" ] || fail "compared $compared messages, expected $total"
+# Timestamps differ as the README says: the relay's is the row's insert time, the event
+# router's the change's time in Debezium's source record; per event, the relay's is never
+# later (and, as a sanity bound, at most a minute earlier).
+cat "$WORK"/relay.*.dump | awk -F '\t' '{ print $1 "\t" $6 }' | sort >"$WORK/relay.ts"
+cat "$WORK"/dbz.*.dump | awk -F '\t' '{ print $1 "\t" $6 }' | sort >"$WORK/dbz.ts"
+join -t $'\t' "$WORK/relay.ts" "$WORK/dbz.ts" | awk -F '\t' '{ print $3 - $2 }' | sort -n >"$WORK/ts.diff"
+[ "$(wc -l <"$WORK/ts.diff")" = "$total" ] || fail "timestamps: joined $(wc -l <"$WORK/ts.diff") of $total events"
+ts_min=$(head -1 "$WORK/ts.diff") ts_max=$(tail -1 "$WORK/ts.diff") ts_med=$(median <"$WORK/ts.diff")
+log "Debezium's timestamp minus the relay's, per event: min $ts_min ms, median $ts_med ms, max $ts_max ms"
+[ "$ts_min" -ge 0 ] && [ "$ts_max" -le 60000 ] || fail "timestamps differ beyond the documented bounds"
 nulls=$(cat "$WORK"/relay.*.norm | grep -c 'tenant=-' || true)
 escaped=$(cat "$WORK"/relay.*.norm | grep -c "$(printf 'caf\xc3\xa9' | od -An -tx1 | tr -d ' \n')" || true)
 [ "$nulls" -gt 0 ] || fail "no message had a NULL additional column: the NULL header case was not compared"

@@ -10,8 +10,9 @@
  * for an empty value), or "-" for none (a null value): every delivery is compared byte for
  * byte (value_mismatches). --id-header names the header that carries the event id (default
  * event_id; id for Debezium-shaped messages). --dump writes one line per delivery, in the
- * order read: "event id<TAB>partition<TAB>key<TAB>value<TAB>headers", key and value in hex
- * ("-" for null), headers as name=hexvalue joined by ";" in the message's order.
+ * order read: "event id<TAB>partition<TAB>key<TAB>value<TAB>headers<TAB>timestamp", key and
+ * value in hex ("-" for null), headers as name=hexvalue joined by ";" in the message's order,
+ * the message's timestamp in ms since the epoch (-1 if it has none).
  * Prints "CHECK expected=.. delivered_unique=.. lost=.. duplicates=.. order_violations=..
  * partition_mismatches=.. unexpected=.. fenced=.. stale_duplicates=.. fencing_violations=.."
  * and exits 1 if anything was lost, reordered per key (first deliveries out of id order),
@@ -198,7 +199,7 @@ static void dump_message(FILE *f, const char *event_id, const rd_kafka_message_t
         fprintf(f, "%s%s=", i ? ";" : "", name);
         put_hex(f, v, vlen);
     }
-    fputc('\n', f);
+    fprintf(f, "\t%lld\n", (long long)rd_kafka_message_timestamp(m, NULL));
 }
 
 int main(int argc, char **argv)
