@@ -19,8 +19,8 @@ fetch() {
     touch "$jars/.complete"
 }
 
-free_port() {
-    local p=$((33000 + RANDOM % 8000))
+free_port() { # below the ephemeral port range (32768-), where an outgoing connection could take it first
+    local p=$((22000 + RANDOM % 10000))
     while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
     echo "$p"
 }
