@@ -72,7 +72,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* an unbalanced quote would be SQL injection */
         outbox_sql_destroy(&sql);
         /* an accepted OUTBOX_ADDITIONAL_PLACEMENT never unbalances the claim's quotes */
-        if (part[2] && config_check_placement(part[2], err, sizeof(err)) == 0) {
+        const char *cursor = part[2] ? part[2] : "";
+        char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX];
+        int rc;
+        while ((rc = config_placement_next(&cursor, column, header, err, sizeof(err))) == 1)
+            ;
+        if (part[2] && part[2][0] && rc == 0) {
             cfg.debezium = 1;
             cfg.layout = "debezium";
             cfg.additional_placement = (char *)part[2];

@@ -202,54 +202,67 @@ static int check_layout(const char *v, char *err, size_t errlen)
     return 0;
 }
 
-/* "column:header[:name],...": the placements of the Debezium EventRouter's
- * table.fields.additional.placement that map to Kafka headers. Columns and header names are
- * plain identifiers (they become quoted SQL identifiers and JSON keys). */
-int config_check_placement(const char *v, char *err, size_t errlen)
+/* One item of OUTBOX_ADDITIONAL_PLACEMENT ("column:header[:name]", the placements of the
+ * Debezium event router's table.fields.additional.placement that map to Kafka headers).
+ * Columns and header names are plain identifiers: they become quoted SQL identifiers and
+ * JSON keys. */
+int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
+                          char header[CONFIG_IDENT_MAX], char *err, size_t errlen)
 {
-    const char *p = v;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        char item[256];
-        if (n == 0 || n >= sizeof(item))
-            return set_err(err, errlen, "expected column:header[:name],... got an %s item",
-                           n ? "overlong" : "empty");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        char *fields[4] = {0};
-        int nf = 0;
-        for (char *f = item; f && nf < 4; nf++) {
-            fields[nf] = f;
-            char *c = strchr(f, ':');
-            if (c)
-                *c++ = '\0';
-            f = c;
-        }
-        if (nf < 2 || nf > 3)
-            return set_err(err, errlen, "expected column:header[:name], got '%.*s'", (int)n, p);
-        if (strcmp(fields[1], "header") != 0)
-            return set_err(err, errlen, "placement '%s' of column '%s' is not supported: only "
-                           "header (the relay sends the payload as the value, unwrapped, so "
-                           "there is no envelope; the partition follows the key)", fields[1], fields[0]);
-        for (int i = 0; i < nf; i += 2) {
-            const char *id = fields[i];
-            if (!id[0] || !(isalpha((unsigned char)id[0]) || id[0] == '_'))
-                return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier", id, (int)n, p);
-            for (const char *c = id; *c; c++)
-                if (!(isalnum((unsigned char)*c) || *c == '_'))
-                    return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier "
-                                   "(letters, digits, _)", id, (int)n, p);
-        }
-        const char *hname = nf == 3 ? fields[2] : fields[0];
-        if (strcmp(hname, "id") == 0 || strcmp(hname, "outbox_lease") == 0)
-            return set_err(err, errlen, "header name '%s' is reserved (the row's id, the relay's "
-                           "lease token)", hname);
-        p = end ? end + 1 : p + n;
-        if (end && !*p)
-            return set_err(err, errlen, "trailing comma");
+    const char *p = *cursor;
+    if (!*p)
+        return 0;
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    char item[3 * CONFIG_IDENT_MAX];
+    if (n == 0 || n >= sizeof(item))
+        return set_err(err, errlen, "expected column:header[:name],... got an %s item",
+                       n ? "overlong" : "empty");
+    memcpy(item, p, n);
+    item[n] = '\0';
+    char *fields[4] = {0};
+    int nf = 0;
+    for (char *f = item; f && nf < 4; nf++) {
+        fields[nf] = f;
+        char *c = strchr(f, ':');
+        if (c)
+            *c++ = '\0';
+        f = c;
     }
-    return 0;
+    if (nf < 2 || nf > 3)
+        return set_err(err, errlen, "expected column:header[:name], got '%.*s'", (int)n, p);
+    if (strcmp(fields[1], "header") != 0)
+        return set_err(err, errlen, "placement '%s' of column '%s' is not supported: only "
+                       "header (the relay sends the payload as the value, unwrapped, so "
+                       "there is no envelope; the partition follows the key)", fields[1], fields[0]);
+    for (int i = 0; i < nf; i += 2) {
+        const char *id = fields[i];
+        int ok = (isalpha((unsigned char)id[0]) || id[0] == '_') && strlen(id) < CONFIG_IDENT_MAX;
+        for (const char *c = id; ok && *c; c++)
+            ok = isalnum((unsigned char)*c) || *c == '_';
+        if (!ok)
+            return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier (letters, "
+                           "digits, _; at most %d)", id, (int)n, p, CONFIG_IDENT_MAX - 1);
+    }
+    const char *hname = nf == 3 ? fields[2] : fields[0];
+    if (strcmp(hname, "id") == 0 || strcmp(hname, "outbox_lease") == 0)
+        return set_err(err, errlen, "header name '%s' is reserved (the row's id, the relay's "
+                       "lease token)", hname);
+    if (end && !end[1])
+        return set_err(err, errlen, "trailing comma");
+    snprintf(column, CONFIG_IDENT_MAX, "%s", fields[0]);
+    snprintf(header, CONFIG_IDENT_MAX, "%s", hname);
+    *cursor = end ? end + 1 : p + n;
+    return 1;
+}
+
+static int check_placement(const char *v, char *err, size_t errlen)
+{
+    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX];
+    int rc;
+    while ((rc = config_placement_next(&v, column, header, err, errlen)) == 1)
+        ;
+    return rc;
 }
 
 static int check_payload_type(const char *v, char *err, size_t errlen)
@@ -345,7 +358,7 @@ static const struct setting settings[] = {
      "aggregateid, type, payload), which `migrate` extends without touching its columns, and "
      "messages as Debezium's outbox event router sends them"},
     {"OUTBOX_ADDITIONAL_PLACEMENT", "additional-placement", SETTING_STRING,
-     OFF(additional_placement), "", 0, 0, config_check_placement,
+     OFF(additional_placement), "", 0, 0, check_placement,
      "debezium layout: more columns as Kafka headers, column:header[:name],... (the event "
      "router's table.fields.additional.placement; header is the only placement)"},
     {"OUTBOX_PAYLOAD_TYPE", "payload-type", SETTING_STRING, OFF(payload_type), "", 0, 0,

@@ -82,8 +82,12 @@ int config_parse_duration(const char *s, int *seconds);
 /* Validates a topic template: only {aggregate_type} and {event_type} placeholders,
  * and otherwise characters Kafka allows in topic names. */
 int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
-/* Validates OUTBOX_ADDITIONAL_PLACEMENT: "column:header[:name],..." of plain identifiers. */
-int config_check_placement(const char *v, char *err, size_t errlen);
+/* OUTBOX_ADDITIONAL_PLACEMENT, "column:header[:name],...": reads the item at *cursor into
+ * column and header (the header's name: name, else the column). Returns 1 and advances
+ * *cursor, 0 at the end of the list, -1 with err on a malformed item. */
+#define CONFIG_IDENT_MAX 64 /* a PostgreSQL identifier and its NUL */
+int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
+                          char header[CONFIG_IDENT_MAX], char *err, size_t errlen);
 /* Whether rows may name this topic under OUTBOX_TOPIC_ALLOW (allow: the setting's value). */
 int config_topic_allowed(const char *allow, const char *topic);
 

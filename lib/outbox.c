@@ -45,17 +45,11 @@ char *outbox_headers_sql(const struct config *cfg, const char *alias)
         return sb.buf;
     }
     strbuf_puts(&sb, "jsonb_build_object(");
-    char *list = xstrdup(cfg->additional_placement);
-    int first = 1;
-    for (char *save = NULL, *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char *col = item, *placement = strchr(col, ':');
-        *placement++ = '\0';
-        char *name = strchr(placement, ':');
-        strbuf_printf(&sb, "%s'%s', (%s.source_row).\"%s\"::text", first ? "" : ", ",
-                      name ? name + 1 : col, alias, col);
-        first = 0;
-    }
-    free(list);
+    const char *cursor = cfg->additional_placement;
+    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX], err[256];
+    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++)
+        strbuf_printf(&sb, "%s'%s', (%s.source_row).\"%s\"::text", i ? ", " : "", header, alias,
+                      column);
     strbuf_puts(&sb, ")");
     return sb.buf;
 }
@@ -66,14 +60,10 @@ static char *placement_columns(const struct config *cfg)
     struct strbuf sb;
     strbuf_init(&sb);
     strbuf_puts(&sb, "ARRAY[");
-    char *list = xstrdup(cfg->additional_placement ? cfg->additional_placement : "");
-    int first = 1;
-    for (char *save = NULL, *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        *strchr(item, ':') = '\0';
-        strbuf_printf(&sb, "%s'%s'", first ? "" : ", ", item);
-        first = 0;
-    }
-    free(list);
+    const char *cursor = cfg->additional_placement ? cfg->additional_placement : "";
+    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX], err[256];
+    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++)
+        strbuf_printf(&sb, "%s'%s'", i ? ", " : "", column);
     strbuf_puts(&sb, "]::text[]");
     return sb.buf;
 }
