@@ -130,6 +130,7 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
         json_t *doc = json_object();
         json_object_set_new(doc, "table", json_string(cfg->table));
         json_object_set_new(doc, "schema_version", cell(summary, 0, 0, 1));
+        json_object_set_new(doc, "layout", json_string(cfg->layout));
         json_object_set_new(doc, "pending_rows", cell(summary, 0, 1, 1));
         json_object_set_new(doc, "oldest_pending_age_seconds", cell(summary, 0, 2, 1));
         json_object_set_new(doc, "failed_rows", cell(summary, 0, 3, 1));
@@ -141,7 +142,8 @@ int admin_status(PGconn *conn, const struct config *cfg, FILE *out, char *err, s
         free(text);
         json_decref(doc);
     } else {
-        fprintf(out, "outbox %s (schema version %s)\n", cfg->table, PQgetvalue(summary, 0, 0));
+        fprintf(out, "outbox %s (schema version %s, %s layout)\n", cfg->table, PQgetvalue(summary, 0, 0),
+                cfg->layout);
         fprintf(out, "  pending rows:        %s\n", PQgetvalue(summary, 0, 1));
         fprintf(out, "  oldest pending age:  %s\n",
                 PQgetisnull(summary, 0, 2) ? "-" : PQgetvalue(summary, 0, 2));

@@ -37,7 +37,8 @@ wait_until 20 "poison row parked" rows_are 1 "status = 'FAILED'"
 "$RELAYTEST_RELAY_BIN" status --json --pg-dsn "$DSN" --topic-template "$TOPIC_PREFIX.{aggregate_type}" >"$WORK/status.json"
 cat "$WORK/status.json" | sed 's/^/#   /' | head -40
 jq -e --argjson version "$(ls "$RELAYTEST_SRC"/schema/[0-9]*.sql | wc -l)" '
-  (.table == "public.outbox") and (.schema_version == $version) and (.pending_rows | type == "number")
+  (.table == "public.outbox") and (.schema_version == $version) and (.layout == "native")
+  and (.pending_rows | type == "number")
   and (.failed_rows == 1) and (.oldest_pending_age_seconds == null or (.oldest_pending_age_seconds | type == "number"))
   and (.parked | length == 1) and (.parked[0] | has("id") and has("aggregate_id") and has("event_type")
        and has("topic") and has("attempts") and has("last_error") and has("created_at"))
