@@ -8,7 +8,10 @@
 -- What is added (all names start with relay_, so they cannot meet a user's column):
 -- * relay_seq: insertion order, for per-key order (the uuid id is random). An identity
 --   column: ADDING IT REWRITES THE TABLE ONCE, under an ACCESS EXCLUSIVE lock that holds
---   writers back for the whole rewrite (measured: see the README, "Coming from Debezium").
+--   writers back for the whole rewrite. Measured on 1M rows (338 MB, 200-byte payloads):
+--   migrate took 7.9 s, a writer inserting alongside waited at most 4.8 s (the rewrite;
+--   the indexes after it are built while writers go on), none failed (README, "Coming
+--   from Debezium").
 --   Rows already in the table get their order from their place in it, which is insertion
 --   order unless the table reused the space of deleted rows; Debezium users' tables are
 --   usually empty (rows are deleted right after insert, or soon).
