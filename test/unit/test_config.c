@@ -212,7 +212,7 @@ static void test_command_args(void)
 static void test_debezium_layout(void)
 {
     struct config cfg;
-    char err[512];
+    char err[512] = "";
     char *run[] = {"outbox-relay", NULL};
     char *dbz[] = {"OUTBOX_LAYOUT=debezium", "OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,type:header:eventType",
                    NULL};
