@@ -85,7 +85,7 @@ wait_count() { # TOPIC: until it holds $rows messages (at most 600 s)
     done
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+hwm_mb() { awk '/VmHWM/ { printf "%.1f\n", $2 / 1024 }' "/proc/$1/status"; }
 now_ms() { date +%s%3N; }
 tick=$(getconf CLK_TCK)
 
