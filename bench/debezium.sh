@@ -4,7 +4,8 @@
 #   bench/debezium.sh [--rows N] [--rounds R] [--out DIR]   (defaults: 100,000 rows, 3 rounds)
 # Starts its own PostgreSQL (durable, wal_level=logical) and Kafka like bench/bench.sh, and
 # Kafka Connect 4.1.1 standalone with Debezium 3.6.1's PostgreSQL connector and outbox event
-# router (String converters; test/env/connect.sh). Each round:
+# router (String converters; test/env/connect.sh; the JVM with its defaults and a 1 GB heap).
+# Each round:
 #   Debezium: the relay stopped, Connect streaming from a new slot; N rows of 1 KB over
 #             1,000 keys committed in one transaction; timed from the commit until its
 #             topic holds N messages (its CPU counted from before the insert).
@@ -42,6 +43,9 @@ relay_pid=""
 stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 trap 'stop_relay; bash test/env/connect.sh stop "$out/connect" >/dev/null 2>&1 || true; servers_stop' EXIT
 export PG_DURABLE=1 PG_EXTRA_CONF="wal_level = logical"
+# Connect as one would run it (the JVM's own collector and JIT, a 1 GB heap), not as the
+# tests start it; Debezium's and Connect's other settings are their defaults.
+export CONNECT_JVM_OPTS="-Xms1g -Xmx1g"
 servers_start
 dsn=$(common_db dbz)
 bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT

@@ -52,7 +52,10 @@ logger.dbz.name = io.debezium
 logger.dbz.level = info
 PROPS
     echo "$port" >"$dir/port"
-    setsid java -Xms128m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    # CONNECT_JVM_OPTS: the JVM's options (the default starts fast for tests: a small heap,
+    # the serial collector, C1 only; bench/debezium.sh gives it the JVM's defaults and 1 GB)
+    # shellcheck disable=SC2086
+    setsid java ${CONNECT_JVM_OPTS:--Xms128m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} \
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$jars/*" \
         org.apache.kafka.connect.cli.ConnectStandalone "$dir/worker.properties" "$connector" \
         >>"$dir/connect.log" 2>&1 </dev/null &
