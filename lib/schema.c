@@ -147,6 +147,43 @@ static int exec_ok(PGconn *conn, const char *sql, int nparams, const char *const
  * recorded once they all succeeded, so all of its sections must be safe to run again. */
 #define OUTSIDE_MARK "-- @outside-transaction"
 
+/* An index build CONCURRENTLY that was interrupted (migrate killed, a lock or statement
+ * timeout, a lost connection) leaves the index INVALID: never used by the planner, yet
+ * found by the step's IF NOT EXISTS when migrate is run again. So before a step that builds
+ * indexes concurrently, this table's invalid indexes that the step names are dropped (also
+ * concurrently). Others' indexes are left alone; a migration's own builds are serialised by
+ * migrate's lock, so an invalid one it names is a leftover. */
+static int drop_invalid_indexes(PGconn *conn, const struct placeholders *n, const char *step,
+                                char *err, size_t errlen)
+{
+    if (!strstr(step, "CONCURRENTLY"))
+        return 0;
+    const char *params[1] = {n->table_q};
+    PGresult *res = pgconn_exec(conn, "SELECT c.relname FROM pg_catalog.pg_index i"
+                                      " JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid"
+                                      " WHERE i.indrelid = pg_catalog.to_regclass($1) AND NOT i.indisvalid",
+                                1, params, err, errlen);
+    if (!res)
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
+        struct strbuf quoted, drop;
+        strbuf_init(&quoted);
+        strbuf_init(&drop);
+        strbuf_printf(&quoted, "\"%s\"", PQgetvalue(res, i, 0));
+        if (strstr(step, quoted.buf)) {
+            log_info("migrate: dropping the invalid index %s.%s, left by an interrupted build; "
+                     "it is built again", n->schema_q, quoted.buf);
+            strbuf_printf(&drop, "DROP INDEX CONCURRENTLY IF EXISTS %s.%s", n->schema_q, quoted.buf);
+            rc = exec_ok(conn, drop.buf, 0, NULL, err, errlen);
+        }
+        strbuf_destroy(&quoted);
+        strbuf_destroy(&drop);
+    }
+    PQclear(res);
+    return rc;
+}
+
 static int apply_migration(PGconn *conn, const struct schema_file *f, const char *table,
                            const struct placeholders *n, char *err, size_t errlen)
 {
@@ -177,7 +214,8 @@ static int apply_migration(PGconn *conn, const struct schema_file *f, const char
         char *next = strstr(sect, OUTSIDE_MARK);
         if (next)
             *next = '\0';
-        if (exec_ok(conn, sect, 0, NULL, detail, sizeof(detail)) != 0) {
+        if (drop_invalid_indexes(conn, n, sect, detail, sizeof(detail)) != 0 ||
+            exec_ok(conn, sect, 0, NULL, detail, sizeof(detail)) != 0) {
             set_err(err, errlen, "migration %s on %s failed in a step outside its transaction "
                     "(run migrate again: every step of it is safe to repeat): %s", f->name, table,
                     detail);

@@ -2,7 +2,7 @@
 # Operating the Debezium layout. Wrong settings stop the relay naming what to set: the
 # native layout on a Debezium table (relay and migrate), the Debezium layout on a native
 # table, an OUTBOX_ADDITIONAL_PLACEMENT column the table lacks, a table without Debezium's
-# columns. migrate is safe to run again. Poison: a row whose aggregatetype makes an invalid
+# columns. migrate is safe to run again, also over an index whose build failed half-way. Poison: a row whose aggregatetype makes an invalid
 # topic is parked with its reason while other keys flow, the later rows of its key wait,
 # `status` lists it, and after the operator fixes the row `requeue --key` lets both flow in
 # order (by delete-on-send, the table ends empty).
@@ -15,6 +15,24 @@ psqlc "ALTER TABLE outbox ADD COLUMN tenant text" # a column of the user's own, 
 OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate2.log" 2>&1 ||
     fail "a second migrate failed: $(cat "$WORK/migrate2.log")"
 grep -q "0 migrations applied" "$WORK/migrate2.log" || fail "a second migrate applied something: $(cat "$WORK/migrate2.log")"
+
+# An index build that failed half-way (here: an expression that divides by zero, in the
+# place of the pending index) leaves an INVALID index of that name; a migrate run again
+# must build it again rather than skip it (IF NOT EXISTS).
+psqlc "INSERT INTO outbox (aggregatetype, aggregateid, type, payload) VALUES ('order', 'idx', 'E', '{}')"
+psqlc "DROP INDEX outbox_pending_idx"
+psqlc "CREATE INDEX CONCURRENTLY outbox_pending_idx ON outbox ((1 / (relay_seq - relay_seq)))" 2>/dev/null &&
+    fail "the failing index build did not fail"
+[ "$(psqlc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_pending_idx'::regclass")" = f ] ||
+    fail "no invalid index left to test with"
+psqlc "DELETE FROM outbox_relay_schema WHERE version = 6" # as if migrate had stopped there
+OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate3.log" 2>&1 ||
+    fail "migrate over an invalid index failed: $(cat "$WORK/migrate3.log")"
+grep -q "dropping the invalid index" "$WORK/migrate3.log" || fail "migrate did not say it rebuilt the index"
+valid=$(psqlc "SELECT string_agg(c.relname || ':' || i.indisvalid || ':' || (pg_get_indexdef(i.indexrelid) LIKE '%(relay_partition, relay_seq)%'), ' ' ORDER BY c.relname)
+               FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'outbox_pending_idx'")
+[ "$valid" = "outbox_pending_idx:true:true" ] || fail "the pending index after migrate: $valid"
+log "an invalid index left by a failed build: dropped and built again by migrate"
 
 refused() { # WHAT WANT-PATTERN COMMAND...: COMMAND exits non-zero with a message matching WANT
     local what=$1 want=$2 rc=0
