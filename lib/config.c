@@ -259,9 +259,18 @@ int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
 static int check_placement(const char *v, char *err, size_t errlen)
 {
     char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX];
+    const char *list = v;
     int rc;
-    while ((rc = config_placement_next(&v, column, header, err, errlen)) == 1)
-        ;
+    while ((rc = config_placement_next(&v, column, header, err, errlen)) == 1) {
+        /* a header name twice would make every row's headers unpublishable */
+        const char *other = list;
+        char c2[CONFIG_IDENT_MAX], h2[CONFIG_IDENT_MAX];
+        int same = 0;
+        while (other < v && config_placement_next(&other, c2, h2, err, errlen) == 1 && other < v)
+            same += strcmp(h2, header) == 0;
+        if (same)
+            return set_err(err, errlen, "header name '%s' is given twice", header);
+    }
     return rc;
 }
 

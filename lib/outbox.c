@@ -36,7 +36,33 @@ static char *topic_expression(const char *tmpl)
     return sb.buf;
 }
 
-char *outbox_headers_sql(const struct config *cfg, const char *alias)
+static char *placement_columns(const struct config *cfg);
+
+/* A placement column's value as the header text Debezium's event router gives it (its
+ * PostgreSQL connector's default adaptive temporal encodings; checked side by side in
+ * test/integration/debezium.sh): timestamp as epoch microseconds (milliseconds at a
+ * precision of 3 or less), timestamptz as ISO-8601 in UTC with the column's digits of a
+ * second (a NULL-safe left() of to_char: 19 characters, then '.' and the digits), date as
+ * days since the epoch; any other type as its PostgreSQL text. type is format_type's. */
+static void header_value_sql(struct strbuf *sb, const char *type, const char *v)
+{
+    int precision = 6;
+    const char *paren = strchr(type, '(');
+    if (paren)
+        precision = atoi(paren + 1);
+    if (strncmp(type, "timestamp", 9) == 0 && strstr(type, "without time zone"))
+        strbuf_printf(sb, "(extract(epoch FROM %s) * %s)::int8::text", v,
+                      precision <= 3 ? "1000" : "1000000");
+    else if (strncmp(type, "timestamp", 9) == 0 && strstr(type, "with time zone"))
+        strbuf_printf(sb, "left(to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), %d) || 'Z'",
+                      v, 19 + (precision > 0 ? 1 + precision : 0));
+    else if (strcmp(type, "date") == 0)
+        strbuf_printf(sb, "(%s - date '1970-01-01')::text", v);
+    else
+        strbuf_printf(sb, "%s::text", v);
+}
+
+char *outbox_headers_sql(const struct config *cfg, const char *alias, const char *types)
 {
     struct strbuf sb;
     strbuf_init(&sb);
@@ -44,13 +70,52 @@ char *outbox_headers_sql(const struct config *cfg, const char *alias)
         strbuf_printf(&sb, "%s.headers", alias);
         return sb.buf;
     }
-    strbuf_puts(&sb, "jsonb_build_object(");
-    const char *cursor = cfg->additional_placement;
+    /* json, not jsonb: the headers keep the placement's order */
+    strbuf_puts(&sb, "json_build_object(");
+    const char *cursor = cfg->additional_placement, *type = types ? types : "";
     char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX], err[256];
-    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++)
-        strbuf_printf(&sb, "%s'%s', (%s.source_row).\"%s\"::text", i ? ", " : "", header, alias,
-                      column);
+    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++) {
+        const char *bar = strchr(type, '|');
+        size_t tlen = bar ? (size_t)(bar - type) : strlen(type);
+        char t[128];
+        snprintf(t, sizeof(t), "%.*s", (int)(tlen < sizeof(t) ? tlen : sizeof(t) - 1), type);
+        type = bar ? bar + 1 : type + tlen;
+        char v[CONFIG_IDENT_MAX + 64];
+        snprintf(v, sizeof(v), "(%s.source_row).\"%s\"", alias, column);
+        strbuf_printf(&sb, "%s'%s', ", i ? ", " : "", header);
+        header_value_sql(&sb, t, v);
+    }
     strbuf_puts(&sb, ")");
+    return sb.buf;
+}
+
+/* The types (format_type) of the OUTBOX_ADDITIONAL_PLACEMENT columns of table t, in the
+ * setting's order, joined by '|' (no type name has one); '' for a missing column. */
+static char *placement_types_sql(const struct config *cfg, const char *t)
+{
+    char *columns = placement_columns(cfg);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "(SELECT string_agg(coalesce((SELECT format_type(a.atttypid, a.atttypmod)"
+                       " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = u.c"
+                       " AND NOT a.attisdropped), ''), '|' ORDER BY u.n)"
+                       " FROM unnest(%s) WITH ORDINALITY AS u(c, n))", t, columns);
+    free(columns);
+    return sb.buf;
+}
+
+char *outbox_placement_types_query(const struct config *cfg)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    char *expr = placement_types_sql(cfg, table_q);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "SELECT %s", expr);
+    free(expr);
+    free(schema_q);
+    free(table_q);
+    free(name);
     return sb.buf;
 }
 
@@ -121,7 +186,7 @@ void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int byte
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
     char *t = schema_rows_relation(cfg->table, cfg->debezium);
-    char *headers_expr = outbox_headers_sql(cfg, "o");
+    char *headers_expr = outbox_headers_sql(cfg, "o", sql->placement_types);
     struct strbuf doorbell, parked;
     strbuf_init(&doorbell);
     strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
@@ -258,7 +323,7 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql->floor_probe = sb.buf;
 
     sql->version = schema_version_query(cfg->table);
-    char *placement = placement_columns(cfg);
+    char *placement = placement_columns(cfg), *types = placement_types_sql(cfg, table_q);
     /* At start-up: the version, the layout (and the columns OUTBOX_ADDITIONAL_PLACEMENT
      * names that the table lacks), whether row-level security would hide rows from this role
      * (enabled, not bypassed by the role, not the owner's unless forced), and the payload
@@ -277,9 +342,11 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "  AND attname = 'relay_seq' AND NOT attisdropped) AS debezium_layout,"
                   " (SELECT string_agg(c, ', ') FROM unnest(%s) c WHERE NOT EXISTS (SELECT 1"
                   "  FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = c"
-                  "  AND NOT attisdropped)) AS missing_columns",
-                  sql->version, table_q, table_q, table_q, placement, table_q);
+                  "  AND NOT attisdropped)) AS missing_columns,"
+                  " %s AS placement_types",
+                  sql->version, table_q, table_q, table_q, placement, table_q, types);
     free(placement);
+    free(types);
     sql->start_check = sb.buf;
 
     strbuf_init(&sb);
@@ -444,7 +511,8 @@ void outbox_sql_destroy(struct outbox_sql *sql)
                     &sql->row_failed, &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
                     &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
-                    &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup};
+                    &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
+                    &sql->placement_types};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

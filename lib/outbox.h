@@ -41,6 +41,8 @@ struct outbox_sql {
     int lease_key;       /* advisory lock key of this table (first half of the two-key form) */
     char *worker_setup;  /* session settings of the worker connection (no parameters) */
     char *listen_setup;  /* the LISTEN connection's, or NULL without a doorbell */
+    char *placement_types; /* Debezium layout: the placement columns' types from the start
+                            * check, '|'-joined, for the claim's headers; NULL before it */
 };
 
 /* Expressions over a row's created_at that cannot throw, whatever an application wrote
@@ -63,7 +65,8 @@ enum floor_probe_col { FLOOR_PROBE_WRITERS, FLOOR_PROBE_STILL_WRITING, FLOOR_PRO
 enum start_check_col {
     START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE,
     START_CHECK_DEBEZIUM_LAYOUT, /* "t" when the table has the Debezium layout's relay_seq */
-    START_CHECK_MISSING_COLUMNS  /* OUTBOX_ADDITIONAL_PLACEMENT columns the table lacks, or NULL */
+    START_CHECK_MISSING_COLUMNS, /* OUTBOX_ADDITIONAL_PLACEMENT columns the table lacks, or NULL */
+    START_CHECK_PLACEMENT_TYPES  /* their types, '|'-joined (outbox_sql.placement_types) */
 };
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,
@@ -79,11 +82,15 @@ enum lease_acquire_col {
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
 
-/* A row's headers as SQL (jsonb) over the rows relation aliased alias: its headers column,
- * or in the Debezium layout the OUTBOX_ADDITIONAL_PLACEMENT columns (validated plain
- * identifiers) of the view's source_row as a JSON object of strings, null for a NULL column
- * (a header without a value, as the event router sends it). Caller frees. */
-char *outbox_headers_sql(const struct config *cfg, const char *alias);
+/* A row's headers as SQL (json or jsonb) over the rows relation aliased alias: its headers
+ * column, or in the Debezium layout the OUTBOX_ADDITIONAL_PLACEMENT columns (validated plain
+ * identifiers) of the view's source_row as a JSON object of strings in the setting's order,
+ * null for a NULL column (a header without a value, as the event router sends it), each
+ * encoded by its type as the event router does (types: the columns' types, '|'-joined, from
+ * the start check or outbox_placement_types_query; NULL: PostgreSQL's text). Caller frees. */
+char *outbox_headers_sql(const struct config *cfg, const char *alias, const char *types);
+/* "SELECT <the placement columns' types, '|'-joined>" for the configured table. Caller frees. */
+char *outbox_placement_types_query(const struct config *cfg);
 /* Rebuilds the claim once the table is known: a bytea payload column is claimed as hex;
  * requeue_count reads the doorbell's count of requeues (schema 5). */
 void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count);

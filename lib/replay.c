@@ -139,7 +139,13 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
-    char *headers = outbox_headers_sql(cfg, "o");
+    char *types_q = outbox_placement_types_query(cfg);
+    PGresult *types = pgconn_exec(conn, types_q, 0, NULL, err, errlen);
+    free(types_q);
+    if (!types)
+        goto out;
+    char *headers = outbox_headers_sql(cfg, "o", PQgetisnull(types, 0, 0) ? NULL : PQgetvalue(types, 0, 0));
+    PQclear(types);
     strbuf_printf(&q,
                   "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
                   " event_type, topic, %s, %s::text, " OUTBOX_CREATED_MS("created_at")

@@ -1,11 +1,13 @@
 /* The worker connection's statements: one sender for all of them (worker_send), one
  * completion that records contact with PostgreSQL (the lease deadline counts from it),
  * reports failures and asks the loop for the next step; and the schema version check. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "relay_int.h"
 #include "schema.h"
+#include "util.h"
 
 int worker_busy(const struct relay *r)
 {
@@ -106,6 +108,9 @@ static void version_result(struct relay *r, PGresult *res)
         r->payload_bytea = strcmp(ptype, "bytea") == 0;
         /* the requeue count (schema 5) makes claims above the floors safe */
         r->claim.floors_on = have >= 5;
+        free(r->sql.placement_types);
+        r->sql.placement_types = PQgetisnull(res, 0, START_CHECK_PLACEMENT_TYPES)
+                                     ? NULL : xstrdup(PQgetvalue(res, 0, START_CHECK_PLACEMENT_TYPES));
         outbox_sql_claim(&r->sql, r->cfg, r->payload_bytea, r->claim.floors_on);
         outbox_sql_arm(&r->sql, r->cfg, have >= 6); /* the bell sequence (schema 6) */
         if (!r->schema_logged)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side with Debezium. One Debezium outbox table (id uuid, aggregatetype, aggregateid,
-# type, payload, and two columns of the user's own), written by concurrent writers exactly as
+# type, payload, and eight columns of the user's own), written by concurrent writers exactly as
 # Debezium's users write it, is read twice at the same time:
 #   - by Debezium 3.6.1 (PostgreSQL connector, pgoutput, a publication, its outbox event
 #     router) in Kafka Connect 4.1.1 standalone with String converters, from the WAL;
@@ -8,7 +8,9 @@
 #     the table.
 # Each writes its own topics (the event router's route.topic.replacement, the relay's
 # OUTBOX_TOPIC_TEMPLATE); the same additional columns go to headers on both sides
-# (table.fields.additional.placement = OUTBOX_ADDITIONAL_PLACEMENT). Then the topics are
+# (table.fields.additional.placement = OUTBOX_ADDITIONAL_PLACEMENT: text, integer, timestamp
+# and timestamp(3), timestamptz, date, numeric and boolean columns, some NULL, in an order
+# that is not sorted). Then the topics are
 # compared message by message: for every event id the same key, the same value bytes, the
 # same partition and the same headers in the same order, except what the README lists: the
 # event router's __debezium.context.* headers and the relay's outbox_lease header. Both sides
@@ -36,10 +38,20 @@ psqlc "CREATE TABLE outbox (
          type          varchar(255) NOT NULL,
          payload       jsonb,
          tenant        text,
-         attempt_no    integer)"
+         attempt_no    integer,
+         occurred      timestamp,
+         occurred_ms   timestamp(3),
+         recorded      timestamptz,
+         business_day  date,
+         amount        numeric(10, 2),
+         urgent        boolean)"
 OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 ||
     { cat "$WORK/migrate.log"; fail "migrate in the Debezium layout failed"; }
 db_fixtures
+
+# The placements, not in any sorted order: headers keep the setting's order on both sides.
+placement=urgent:header,tenant:header,type:header:eventType,attempt_no:header,occurred:header
+placement=$placement,occurred_ms:header,recorded:header:recordedAt,business_day:header,amount:header
 
 # Debezium: a connector on the outbox table only, streaming from its slot's creation on.
 cat >"$WORK/connector.properties" <<PROPS
@@ -62,7 +74,7 @@ tombstones.on.delete=false
 transforms=outbox
 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
 transforms.outbox.route.topic.replacement=$TOPIC_PREFIX.dbz.\${routedByValue}
-transforms.outbox.table.fields.additional.placement=tenant:header,type:header:eventType,attempt_no:header
+transforms.outbox.table.fields.additional.placement=$placement
 PROPS
 bash "$RELAYTEST_SRC/test/env/connect.sh" start "$WORK/connect" "$BOOTSTRAP" "$WORK/connector.properties" ||
     fail "Kafka Connect did not start"
@@ -76,7 +88,7 @@ for t in order payment; do
     "$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" create-topic "$TOPIC_PREFIX.relay.$t" 6 >/dev/null
 done
 RELAY_ENV=(OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.relay.{aggregate_type}"
-    OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,type:header:eventType,attempt_no:header)
+    OUTBOX_ADDITIONAL_PLACEMENT="$placement")
 start_relay main >/dev/null
 
 # Writers as Debezium's users write: the event's uuid from the application, the business row
@@ -88,13 +100,19 @@ cat >"$WORK/dbz-writer.sql" <<'SQL'
 \set n random(1, 1000000)
 BEGIN;
 UPDATE aggregate SET version = version + 1 WHERE id = 'k' || :k RETURNING version AS v \gset
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt_no)
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt_no, occurred,
+                    occurred_ms, recorded, business_day, amount, urgent)
   VALUES (gen_random_uuid(), CASE WHEN :k % 3 = 0 THEN 'payment' ELSE 'order' END, 'k' || :k,
           CASE WHEN :n % 2 = 0 THEN 'Created' ELSE 'Updated' END,
           jsonb_build_object('key', 'k' || :k, 'v', :v, 'text', 'caf' || chr(233) || ' "q" \ ' || chr(10) || :n,
                              'nested', jsonb_build_object('a', jsonb_build_array(1, 2.5, null, true))),
           CASE WHEN :n % 4 = 0 THEN NULL ELSE 'tenant-' || (:n % 7) END,
-          CASE WHEN :n % 5 = 0 THEN NULL ELSE :n % 100 END);
+          CASE WHEN :n % 5 = 0 THEN NULL ELSE :n % 100 END,
+          timestamp '2026-11-30 10:00:00' + :n * interval '1.01 millisecond',
+          timestamp '2026-11-30 10:00:00' + :n * interval '10 millisecond',
+          CASE :n % 3 WHEN 0 THEN NULL WHEN 1 THEN timestamptz '2026-11-30 10:00:00+00' + :n * interval '10 microsecond'
+                      ELSE timestamptz '2026-11-30 10:00:00+00' + (:n % 1000) * interval '1 second' END,
+          date '2026-01-01' + :n % 400, (:n % 10000) / 100.0, :n % 2 = 0);
 COMMIT;
 SQL
 "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U "${WRITER_USER:-postgres}" -c "$writers_n" -j 2 \

@@ -239,6 +239,8 @@ static void test_debezium_layout(void)
         {"tenant:header:x\"y", "not a plain identifier"},
         {"x:header:id", "reserved"},
         {"outbox_lease:header", "reserved"},
+        {"a:header:x,b:header:x", "given twice"},
+        {"tenant:header,tenant:header", "given twice"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char setting[128];
