@@ -10,7 +10,7 @@ start_mock --brokers 3 --topic "$topic:6"
 log "mock cluster at $BOOTSTRAP"
 
 # One Produce request in flight per broker: the mock cluster does not check idempotent
-# sequence numbers (no transactional.id), so when an injected error fails a request while
+# sequence numbers (no transactional.id), so - most likely - when an injected error fails a request while
 # the next one to the same partition succeeds, the retried request is taken for a
 # duplicate and acknowledged without being appended - a loss a real broker refuses
 # (OUT_OF_ORDER_SEQUENCE_NUMBER, which the relay turns into a re-claim). Seen in CI as one
