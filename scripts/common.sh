@@ -10,7 +10,9 @@
 #   common_writer_sql DSN FILE KEYS [BYTES]
 #                                         a pgbench script: one event per transaction,
 #                                         following the writer rule (lock the aggregate row)
-#   metric_at URL NAME                    the value of the last sample NAME at URL (0 if none)
+#   metric_at URL NAME                    the value of the last sample NAME at URL; fails
+#                                         (nothing printed, a message on stderr) when the
+#                                         scrape fails or NAME is not exported
 #   median                                the median of the numbers on stdin, one per line
 _common_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$_common_here/servers.sh"
@@ -57,8 +59,11 @@ SQL
 }
 
 metric_at() {
-    # awk reads all input: an early exit would make curl fail with a write error
-    curl -sf "$1" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'
+    local body value
+    body=$(curl -sf "$1") || { echo "metric_at: scraping $1 failed" >&2; return 1; }
+    value=$(awk -v m="$2" '$1 == m { v = $2; found = 1 } END { if (found) print v }' <<<"$body")
+    [ -n "$value" ] || { echo "metric_at: $2 is not exported at $1" >&2; return 1; }
+    echo "$value"
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

@@ -355,8 +355,19 @@ static int send_lease_scan(struct relay *r)
     return worker_send(r, &lease_scan_stmt, r->sql.lease_scan, 1, params);
 }
 
-/* The next lease statement, if one is wanted: log, release, scan. Returns 0 if one was
- * sent, -1 if none was wanted (or it could not be sent). */
+static void keepalive_ok(struct relay *r, PGresult *res)
+{
+    (void)r;
+    (void)res;
+}
+
+static const struct worker_stmt lease_keepalive_stmt = {.what = "lease keepalive", .on_ok = keepalive_ok};
+
+/* The next lease statement, if one is wanted: log, release, scan - or, while draining at
+ * shutdown with partitions still held, a keepalive: no partition is taken or balanced then,
+ * but the session (and its locks) must stay in contact while deliveries are awaited, or
+ * the deadline would purge them after 30% of the lease timeout, long before the shutdown
+ * timeout. Returns 0 if one was sent, -1 if none was wanted (or it could not be sent). */
 int lease_send_next(struct relay *r)
 {
     if (r->lease.n_events)
@@ -365,6 +376,10 @@ int lease_send_next(struct relay *r)
         return 0;
     if (r->lease.due && (r->mode == MODE_RUNNING || r->mode == MODE_RESETTING))
         return send_lease_scan(r);
+    if (r->lease.due && r->mode == MODE_DRAINING && lease_count_held(r->lease.part) > 0) {
+        r->lease.due = 0;
+        return worker_send(r, &lease_keepalive_stmt, "SELECT 1", 0, NULL);
+    }
     return -1;
 }
 

@@ -8,6 +8,11 @@
 #                               PORT+4 (controllers on +1), replication factor 3,
 #                               min.insync.replicas 2; node i lives in DIR/iN. Stop, kill and
 #                               start again one node with stop/kill/restart DIR/iN.
+#   kafka.sh proxied DIR PORT PROXY_PORT
+#                               one node whose client listener on 127.0.0.1:PORT+2 advertises
+#                               127.0.0.1:PROXY_PORT, where a proxy (test/tools/fault_proxy.c)
+#                               forwards to it: every client connection, after bootstrap too,
+#                               goes through the proxy; brokers talk PLAINTEXT on PORT
 #   kafka.sh restart DIR        starts a stopped node again with its existing data
 #   kafka.sh secure DIR PORT PEM USER PASSWORD_FILE
 #                               one node whose client listener on 127.0.0.1:PORT is SASL_SSL
@@ -170,6 +175,21 @@ PROPS
     wait_node "$dir"
 }
 
+proxied() {
+    local dir=$1 port=$2 proxy=$3
+    fetch
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    node "$dir" "$port" 1 "1@127.0.0.1:$((port + 1))" "$(cluster_id)" 1
+    cat >>"$dir/server.properties" <<PROPS
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),PROXIED://127.0.0.1:$((port + 2))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),PROXIED://127.0.0.1:$proxy
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,PROXIED:PLAINTEXT
+PROPS
+    launch "$dir"
+    wait_node "$dir" && wait_port $((port + 2)) 30
+}
+
 restart() {
     launch "$1"
     wait_node "$1"
@@ -197,5 +217,6 @@ kill) stop "$2" KILL ;;
 cluster) cluster "$2" "$3" ;;
 restart) restart "$2" ;;
 secure) secure "$2" "$3" "$4" "$5" "$6" ;;
+proxied) proxied "$2" "$3" "$4" ;;
 *) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR | cluster DIR PORT | restart DIR" >&2; exit 2 ;;
 esac

@@ -195,11 +195,13 @@ relay_pid() { eval "echo \${RELAY_PID_$1}"; }
 http_port() { eval "echo \${HTTP_PORT_$1}"; }
 
 # metric NAME SERIES: the value of one series (name and labels, as exported) of relay NAME;
-# 0 if it is not exported.
+# fails (prints nothing) when /metrics cannot be scraped or the series is not exported, so
+# that "the metric is 0" is never read from a relay that does not answer.
 metric() { metric_at "http://127.0.0.1:$(http_port "$1")/metrics" "$2"; }
-# metric_at_least NAME SERIES N / metric_is NAME SERIES V: conditions for wait_until.
-metric_at_least() { [ "$(metric "$1" "$2")" -ge "$3" ]; }
-metric_is() { [ "$(metric "$1" "$2")" = "$3" ]; }
+# metric_at_least NAME SERIES N / metric_is NAME SERIES V: conditions for wait_until (false
+# when the series cannot be read).
+metric_at_least() { local v; v=$(metric "$1" "$2") && [ "$v" -ge "$3" ]; }
+metric_is() { local v; v=$(metric "$1" "$2") && [ "$v" = "$3" ]; }
 # exported NAME PATTERN: a line of relay NAME's /metrics matches the grep pattern.
 # (read whole first: with pipefail, grep -q leaving early makes curl fail on SIGPIPE, which
 # would read as "not exported")
@@ -207,6 +209,13 @@ exported() {
     local body
     body=$(curl -sf "http://127.0.0.1:$(http_port "$1")/metrics") || return 1
     grep -q "$2" <<<"$body"
+}
+# not_exported NAME PATTERN: relay NAME's /metrics answers and no line matches (false, not
+# true, when the scrape fails).
+not_exported() {
+    local body
+    body=$(curl -sf "http://127.0.0.1:$(http_port "$1")/metrics") || { log "scraping relay $1's /metrics failed"; return 1; }
+    ! grep -q "$2" <<<"$body"
 }
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
@@ -383,3 +392,61 @@ start_inbox() {
     RELAY_PIDS+=("$pid")
     eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$port"
 }
+
+# free_ports N: a base port whose next N-1 ports are free too (below the ephemeral range)
+free_ports() {
+    local p i ok
+    while :; do
+        p=$((23000 + (RANDOM % 4000) * 2)) ok=1
+        for ((i = 0; i < $1; i++)); do port_open $((p + i)) && ok=0; done
+        [ "$ok" = 1 ] && { echo "$p"; return; }
+    done
+}
+
+# proxied_kafka: a real Kafka broker of this test's own whose every client connection goes
+# through the project's fault proxy (test/tools/fault_proxy.c, loopback only, exits by itself
+# after PROXY_DEADLINE seconds, default 600); BOOTSTRAP becomes the proxy's address,
+# DIRECT_BOOTSTRAP the broker's own listener (clients that bootstrap there stay direct).
+# `proxy COMMAND` sends a command (delay MS, drop N, reset MIN MAX, hold on|off) and returns
+# once applied; `proxy_stat NAME` prints one figure of its STATS line (cut, dropped, resets,
+# produce_requests, ...).
+proxied_kafka() {
+    local base
+    base=$(free_ports 3)
+    PROXY_PORT=$(free_port)
+    PK=$WORK/pk
+    mkfifo "$WORK/proxy.in"
+    "$RELAYTEST_PROXY_BIN" --listen "$PROXY_PORT" --target $((base + 2)) --deadline "${PROXY_DEADLINE:-600}" \
+        <"$WORK/proxy.in" >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
+    PROXY_PID=$!
+    exec 8>"$WORK/proxy.in"
+    trap proxied_cleanup EXIT
+    wait_until 10 "fault proxy listening" grep -q LISTENING "$WORK/proxy.out"
+    log "Kafka on 127.0.0.1:$base, its clients through the fault proxy on 127.0.0.1:$PROXY_PORT"
+    KAFKA_HEAP="-Xms64m -Xmx384m" bash "$RELAYTEST_SRC/test/env/kafka.sh" proxied "$PK" "$base" "$PROXY_PORT" ||
+        fail "the proxied broker did not start"
+    BOOTSTRAP=127.0.0.1:$PROXY_PORT
+    DIRECT_BOOTSTRAP=127.0.0.1:$base # the same broker, not through the proxy
+    PROXY_SENT=0
+}
+proxied_cleanup() {
+    kill "$PROXY_PID" 2>/dev/null || true
+    bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$PK" 2>/dev/null || true
+    cleanup
+}
+proxy_applied() { [ "$(grep -c '^fault-proxy: done ' "$WORK/proxy.err")" -ge "$PROXY_SENT" ]; }
+proxy() {
+    kill -0 "$PROXY_PID" 2>/dev/null || fail "the fault proxy is gone: $(tail -2 "$WORK/proxy.err")"
+    echo "$*" >&8
+    PROXY_SENT=$((PROXY_SENT + 1))
+    wait_until 10 "fault proxy applied: $*" proxy_applied
+}
+proxy_stat() {
+    local before
+    before=$(grep -c '^STATS' "$WORK/proxy.out" || true)
+    proxy stats
+    wait_until 10 "fault proxy stats" eval '[ "$(grep -c "^STATS" "$WORK/proxy.out")" -gt "$before" ]'
+    grep '^STATS' "$WORK/proxy.out" | tail -1 | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+# check_field NAME: one figure of the last check's CHECK line
+check_field() { tr ' ' '\n' <"$WORK/check.out" | sed -n "s/^$1=//p"; }

@@ -32,7 +32,7 @@ events() {
 # busy: commits on the primary so that the horizon would move if nothing held it
 busy() { local i; for i in $(seq 1 "$1"); do events 10; sleep 0.5; done; }
 held() { exported main "outbox_xmin_horizon_held_seconds{kind=\"$1\",name=\"$2\"}"; }
-free() { ! exported main 'outbox_xmin_horizon_held_seconds{'; }
+free() { not_exported main 'outbox_xmin_horizon_held_seconds{'; }
 
 events 100
 wait_until 30 "rows SENT" all_sent

@@ -3,12 +3,16 @@
  * mock moves partition leaders while it produces?
  *
  *   mock-probe [--rounds N] [--messages N] [--moves N] [--rtt MS] [--errors N]
+ *              [--pace-us US] [--in-flight N]
  *
  * Each round: a fresh topic (6 partitions, 3 brokers), N keyed messages whose value is
  * their number, every partition's leader moved --moves times while they are produced
  * (with --rtt, broker 1 answers MS later, as mock_faults sets it; with --errors, the next
  * N Produce requests after the first tenth fail with NOT_LEADER_FOR_PARTITION and
  * REQUEST_TIMED_OUT in turn, as mock_faults injects them);
+ * with --pace-us, the producer waits US microseconds after each message, as a relay fed by
+ * writers does, so that several small Produce requests per partition are in flight at once;
+ * --in-flight sets max.in.flight.requests.per.connection (librdkafka's default: 5);
  * then every partition is read back from offset 0 to its high watermark. Prints per round
  * and in total: acknowledged, acknowledged but absent from the log ("lost"), present more
  * than once, fatal errors. Exit 0 always (it measures; the caller decides). */
@@ -27,6 +31,7 @@ struct round {
     unsigned char *acked;  /* per message: delivery report without error */
     unsigned short *seen;  /* per message: copies in the log */
     int fatal;
+    int implicit_acks; /* librdkafka's IMPLICITACK debug lines (debug=eos) */
     int64_t log_end; /* sum of the partitions' high watermarks */
 };
 
@@ -47,6 +52,20 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         r->fatal++;
         fprintf(stderr, "# fatal: %s\n", reason);
     }
+}
+
+/* Counts librdkafka's "implicitly acked by subsequent batch success" lines: messages of a
+ * failed request that librdkafka reports delivered because a later request of the same
+ * partition succeeded - sound only if the broker checks idempotent sequence numbers.
+ * Runs on librdkafka's threads: the count is read after the producer is destroyed. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    struct round *r = rd_kafka_opaque(rk);
+    if (!strcmp(fac, "IMPLICITACK")) {
+        __atomic_add_fetch(&r->implicit_acks, 1, __ATOMIC_RELAXED);
+        fprintf(stderr, "# %s\n", buf);
+    } else if (level <= 4 && strcmp(fac, "CONFWARN"))
+        fprintf(stderr, "# %s: %s\n", fac, buf);
 }
 
 static void set(rd_kafka_conf_t *conf, const char *k, const char *v)
@@ -129,7 +148,7 @@ static void read_back(const char *bootstrap, const char *topic, struct round *r)
 
 int main(int argc, char **argv)
 {
-    int rounds = 10, messages = 20000, moves = 6, rtt = 0, errors = 0;
+    int rounds = 10, messages = 20000, moves = 6, rtt = 0, errors = 0, pace_us = 0, in_flight = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             rounds = atoi(argv[++i]);
@@ -141,8 +160,12 @@ int main(int argc, char **argv)
             rtt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--errors") && i + 1 < argc)
             errors = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pace-us") && i + 1 < argc)
+            pace_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--in-flight") && i + 1 < argc)
+            in_flight = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mock-probe [--rounds N] [--messages N] [--moves N] [--rtt MS] [--errors N]\n");
+            fprintf(stderr, "usage: mock-probe [--rounds N] [--messages N] [--moves N] [--rtt MS] [--errors N] [--pace-us US] [--in-flight N]\n");
             return 2;
         }
     }
@@ -153,7 +176,7 @@ int main(int argc, char **argv)
     const char *bootstrap = rd_kafka_mock_cluster_bootstraps(mc);
     if (rtt > 0)
         rd_kafka_mock_broker_set_rtt(mc, 1, rtt);
-    long total_acked = 0, total_lost = 0, total_dup = 0, rounds_lost = 0, total_fatal = 0;
+    long total_acked = 0, total_lost = 0, total_dup = 0, rounds_lost = 0, total_fatal = 0, total_implicit = 0;
     for (int round = 0; round < rounds; round++) {
         char topic[64];
         snprintf(topic, sizeof(topic), "probe%d", round);
@@ -172,8 +195,15 @@ int main(int argc, char **argv)
         set(conf, "batch.num.messages", "10000");
         set(conf, "compression.codec", "lz4");
         set(conf, "partitioner", "murmur2_random");
+        if (in_flight > 0) {
+            char v[16];
+            snprintf(v, sizeof(v), "%d", in_flight);
+            set(conf, "max.in.flight.requests.per.connection", v);
+        }
         rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
         rd_kafka_conf_set_error_cb(conf, error_cb);
+        rd_kafka_conf_set_log_cb(conf, log_cb);
+        set(conf, "debug", "eos");
         rd_kafka_conf_set_opaque(conf, &r);
         rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
         if (!p) {
@@ -191,6 +221,10 @@ int main(int argc, char **argv)
                    RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 rd_kafka_poll(p, 10);
             rd_kafka_poll(p, 0);
+            if (pace_us > 0) {
+                struct timespec ts = {pace_us / 1000000, (long)(pace_us % 1000000) * 1000L};
+                nanosleep(&ts, NULL);
+            }
             if (errors > 0 && i == messages / 10) {
                 rd_kafka_resp_err_t errs[64];
                 int cnt = errors < 64 ? errors : 64;
@@ -221,19 +255,20 @@ int main(int argc, char **argv)
             if (r.seen[i] > 1)
                 dup++;
         }
-        printf("round %d: produced %d acknowledged %ld lost %ld duplicated %ld fatal %d (messages in the log: %lld)\n",
-               round, messages, acked, lost, dup, r.fatal, (long long)r.log_end);
+        printf("round %d: produced %d acknowledged %ld lost %ld duplicated %ld fatal %d implicit_acks %d (messages in the log: %lld)\n",
+               round, messages, acked, lost, dup, r.fatal, r.implicit_acks, (long long)r.log_end);
         fflush(stdout);
         total_acked += acked;
         total_lost += lost;
         total_dup += dup;
         total_fatal += r.fatal;
+        total_implicit += r.implicit_acks;
         rounds_lost += lost > 0;
         free(r.acked);
         free(r.seen);
     }
-    printf("PROBE rounds=%d acknowledged=%ld lost=%ld rounds_with_loss=%ld duplicated=%ld fatal=%ld\n",
-           rounds, total_acked, total_lost, rounds_lost, total_dup, total_fatal);
+    printf("PROBE rounds=%d acknowledged=%ld lost=%ld rounds_with_loss=%ld duplicated=%ld fatal=%ld implicit_acks=%ld\n",
+           rounds, total_acked, total_lost, rounds_lost, total_dup, total_fatal, total_implicit);
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(mrk);
     return 0;

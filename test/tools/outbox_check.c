@@ -3,6 +3,7 @@
  *
  *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact] [--values]
  *                [--no-partition-check] [--id-header NAME] [--dump FILE]
+ *                [--max-duplicates N] [--require-lease] [--allow-empty]
  *   outbox-check --partition-of COUNT   (keys on stdin, one per line: "key<TAB>partition")
  *
  * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id", and with
@@ -17,7 +18,11 @@
  * partition_mismatches=.. unexpected=.. fenced=.. stale_duplicates=.. fencing_violations=.."
  * and exits 1 if anything was lost, reordered per key (first deliveries out of id order),
  * in the wrong partition (murmur2), unknown, published by a relay that had lost its lease
- * (see below), or (with --exact) delivered twice.
+ * (see below), delivered twice (--exact: any duplicate; --max-duplicates N: more than N),
+ * or (--require-lease) without a readable outbox_lease header (lease_missing).
+ * It exits 2 when it cannot tell: an expected set with no row (unless --allow-empty: a
+ * failed query upstream must not read as "nothing lost"), a malformed line, a topic or
+ * partition count it cannot read.
  *
  * Fencing, from Kafka alone: the relay tags each message with outbox_lease =
  * "<lease partition>/<token>/<relay name>/<pid>", the token growing with every acquisition of that lease
@@ -136,7 +141,25 @@ static struct key_state *key_get(const char *key)
     return &keys[j];
 }
 
-static void load_expected(const char *path)
+/* Splits line at tabs in place, keeping empty fields (strtok would merge them); returns
+ * the number of fields, at most max. */
+static int split_tabs(char *line, char **field, int max)
+{
+    int n = 0;
+    while (n < max) {
+        field[n++] = line;
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            break;
+        *tab = '\0';
+        line = tab + 1;
+    }
+    return n;
+}
+
+/* Reads the expected rows; exits 2 on a line that is not "id<TAB>event_id<TAB>key" (plus
+ * the value with --values): a file the caller wrote wrong must not read as fewer rows. */
+static void load_expected(const char *path, int values)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -147,12 +170,26 @@ static void load_expected(const char *path)
     rows = malloc(cap * sizeof(*rows));
     char *line = NULL;
     size_t linecap = 0;
+    long lineno = 0;
     while (getline(&line, &linecap, f) > 0) {
+        lineno++;
         line[strcspn(line, "\n")] = '\0';
-        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
-        char *value = strtok(NULL, "\t");
-        if (!id || !ev || !key)
-            continue;
+        char *field[5], *end = NULL;
+        int n = split_tabs(line, field, 5);
+        long long id = n > 0 ? strtoll(field[0], &end, 10) : 0;
+        if (values ? n != 4 : n < 3 || n > 4) { /* without --values a fourth field is ignored */
+            fprintf(stderr, "outbox-check: %s:%ld: %d fields, want %s (id, event id, key, value)\n", path, lineno,
+                    n, values ? "4" : "3 or 4");
+            exit(2);
+        }
+        if (!end || *end || end == field[0] || !field[1][0] || strlen(field[1]) >= sizeof(rows->event_id)) {
+            fprintf(stderr, "outbox-check: %s:%ld: malformed id or event id\n", path, lineno);
+            exit(2);
+        }
+        if (values && field[3][0] != 'x' && strcmp(field[3], "-")) {
+            fprintf(stderr, "outbox-check: %s:%ld: value must be x<hex> or -\n", path, lineno);
+            exit(2);
+        }
         if (n_rows == cap) {
             struct expected_row *grown = realloc(rows, (cap *= 2) * sizeof(*rows));
             if (!grown) {
@@ -161,10 +198,10 @@ static void load_expected(const char *path)
             }
             rows = grown;
         }
-        rows[n_rows].id = atoll(id);
-        snprintf(rows[n_rows].event_id, sizeof(rows[n_rows].event_id), "%s", ev);
-        rows[n_rows].key = strdup(key);
-        rows[n_rows].value_hex = value && value[0] == 'x' ? strdup(value + 1) : NULL;
+        rows[n_rows].id = id;
+        snprintf(rows[n_rows].event_id, sizeof(rows[n_rows].event_id), "%s", field[1]);
+        rows[n_rows].key = strdup(field[2]);
+        rows[n_rows].value_hex = values && field[3][0] == 'x' ? strdup(field[3] + 1) : NULL;
         rows[n_rows].seen = 0;
         n_rows++;
     }
@@ -205,7 +242,8 @@ static void dump_message(FILE *f, const char *event_id, const rd_kafka_message_t
 int main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
-    int exact = 0, partition_check = 1, verbose = 0, values = 0;
+    int exact = 0, partition_check = 1, verbose = 0, values = 0, require_lease = 0, allow_empty = 0;
+    long long max_duplicates = -1;
     if (argc == 3 && !strcmp(argv[1], "--partition-of")) { /* the Java client's partition */
         int count = atoi(argv[2]);
         char line[4096];
@@ -230,6 +268,12 @@ int main(int argc, char **argv)
             values = 1;
         else if (!strcmp(argv[i], "--exact"))
             exact = 1;
+        else if (!strcmp(argv[i], "--max-duplicates") && i + 1 < argc)
+            max_duplicates = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--require-lease"))
+            require_lease = 1;
+        else if (!strcmp(argv[i], "--allow-empty"))
+            allow_empty = 1;
         else if (!strcmp(argv[i], "--no-partition-check"))
             partition_check = 0;
         else if (!strcmp(argv[i], "--verbose"))
@@ -245,7 +289,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: outbox-check --bootstrap B --topics T1,T2 --expected FILE "
                             "[--exact] [--no-partition-check] [--values] [--verbose] "
-                            "[--id-header NAME] [--dump FILE]\n");
+                            "[--id-header NAME] [--dump FILE] [--max-duplicates N] [--require-lease] "
+                            "[--allow-empty]\n");
             return 2;
         }
     }
@@ -253,7 +298,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "outbox-check: --bootstrap, --topics and --expected are required\n");
         return 2;
     }
-    load_expected(expected);
+    load_expected(expected, values);
+    if (n_rows == 0 && !allow_empty) {
+        fprintf(stderr, "outbox-check: %s holds no row: nothing to check (--allow-empty if meant)\n", expected);
+        return 2;
+    }
 
     char errstr[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -309,7 +358,7 @@ int main(int argc, char **argv)
     free(list);
 
     long long delivered = 0, duplicates = 0, order_violations = 0, mismatches = 0, unexpected = 0;
-    long long fenced = 0, stale_duplicates = 0, fencing_violations = 0, value_mismatches = 0;
+    long long fenced = 0, stale_duplicates = 0, fencing_violations = 0, value_mismatches = 0, lease_missing = 0;
     int eof_left = n_progress; /* partitions not yet read up to their high watermark */
     if (assign->cnt)
         rd_kafka_assign(rk, assign);
@@ -368,11 +417,15 @@ int main(int argc, char **argv)
             static char last_topic[256];
             static int last_np;
             if (strcmp(last_topic, topic) != 0) {
-                if (rd_kafka_metadata(rk, 0, m->rkt, &md, 10000) == 0) {
-                    last_np = md->topics[0].partition_cnt;
-                    rd_kafka_metadata_destroy(md);
-                    snprintf(last_topic, sizeof(last_topic), "%s", topic);
+                rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, m->rkt, &md, 10000);
+                if (err || md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt < 1) {
+                    fprintf(stderr, "outbox-check: partition count of %s unknown (%s): cannot check partitions\n",
+                            topic, rd_kafka_err2str(err ? err : md->topic_cnt == 1 ? md->topics[0].err : err));
+                    return 2;
                 }
+                last_np = md->topics[0].partition_cnt;
+                rd_kafka_metadata_destroy(md);
+                snprintf(last_topic, sizeof(last_topic), "%s", topic);
             }
             if (last_np > 0 && kafka_key_partition(m->key, m->key_len, last_np) != m->partition) {
                 if (mismatches < 5)
@@ -405,6 +458,10 @@ int main(int argc, char **argv)
             } else {
                 fs->last_first_id = token;
             }
+        } else if (require_lease) {
+            if (lease_missing++ < 5)
+                fprintf(stderr, "outbox-check: id %lld in %s/%d has no readable outbox_lease header\n", row->id,
+                        topic, (int)m->partition);
         }
         if (values && !value_matches(m, row->value_hex)) {
             if (value_mismatches++ < 5)
@@ -449,9 +506,9 @@ int main(int argc, char **argv)
     }
     printf("CHECK expected=%zu delivered_unique=%lld lost=%lld duplicates=%lld order_violations=%lld "
            "partition_mismatches=%lld unexpected=%lld fenced=%lld stale_duplicates=%lld "
-           "fencing_violations=%lld value_mismatches=%lld\n",
+           "fencing_violations=%lld value_mismatches=%lld lease_missing=%lld\n",
            n_rows, unique, lost, duplicates, order_violations, mismatches, unexpected, fenced,
-           stale_duplicates, fencing_violations, value_mismatches);
+           stale_duplicates, fencing_violations, value_mismatches, lease_missing);
     if (dump && fclose(dump) != 0) {
         perror("outbox-check: --dump");
         return 2;
@@ -459,7 +516,9 @@ int main(int argc, char **argv)
     rd_kafka_topic_partition_list_destroy(assign);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
+    if (max_duplicates >= 0 && duplicates > max_duplicates)
+        fprintf(stderr, "outbox-check: %lld duplicates, at most %lld allowed\n", duplicates, max_duplicates);
     int bad = lost || order_violations || mismatches || unexpected || fencing_violations || value_mismatches ||
-              (exact && duplicates);
+              lease_missing || (exact && duplicates) || (max_duplicates >= 0 && duplicates > max_duplicates);
     return bad ? 1 : 0;
 }
