@@ -57,7 +57,7 @@ if [ $# -eq 0 ]; then
     fi
     ninja -C build-vg >/dev/null || exit 1
     (unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
-     meson test -C build-vg --setup valgrind --print-errorlogs config message backoff murmur2 window pause lease classify log kshare util) | tee "$summary"
+     meson test -C build-vg --setup valgrind --print-errorlogs --suite unit_c) | tee "$summary"
     count
     vg="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite"
     vg="$vg --show-leak-kinds=definite --suppressions=$src/test/valgrind.supp"

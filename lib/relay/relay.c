@@ -227,12 +227,16 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
                                  cfg->reconnect_max_ms, &listen_cb, r);
     }
     r->monitor = monitor_new(loop, cfg, &r->sql, &r->m);
+    r->fail_log.every_ms = 60000;
 
 #ifdef OUTBOX_TEST_HOOKS
     const char *hook = getenv("OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER");
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
     r->test_fatal_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_REPEAT_LOG_MS");
+    if (hook && atoll(hook) > 0)
+        r->fail_log.every_ms = atoll(hook);
 #endif
     return r;
 }

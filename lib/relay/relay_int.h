@@ -175,6 +175,7 @@ struct relay {
         char last[640];
         int64_t logged_ms;
         long repeats;
+        int64_t every_ms; /* 60000; a test build may shorten it (OUTBOX_TESTHOOK_REPEAT_LOG_MS) */
     } fail_log;
 
     ev_timer shutdown_timer;

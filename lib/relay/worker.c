@@ -31,7 +31,7 @@ static void statement_failed(struct relay *r, const char *what, PGresult *res)
         snprintf(r->fail_log.last, sizeof(r->fail_log.last), "%s", key);
         r->fail_log.logged_ms = now;
         r->fail_log.repeats = 0;
-    } else if (now - r->fail_log.logged_ms >= 60000) {
+    } else if (now - r->fail_log.logged_ms >= r->fail_log.every_ms) {
         log_warn("pg worker: %s (again, %ld more times since it was last logged)", key,
                  r->fail_log.repeats + 1);
         r->fail_log.logged_ms = now;

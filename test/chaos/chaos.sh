@@ -111,7 +111,9 @@ reap() {
         bad_exits=$((bad_exits + 1))
     fi
 }
-# published since its last start: more rows SENT than when it started (waits up to 30 s)
+# published since its last start: more rows SENT than when it started (waits up to 30 s).
+# Returns 0 if it has, 2 if it had nothing to publish (no row left PENDING), 1 if rows
+# waited and it published none of them for 30 s (a stall) or it died.
 wait_published() {
     local deadline=$((SECONDS + 30)) n
     while [ $SECONDS -lt $deadline ]; do
@@ -120,6 +122,7 @@ wait_published() {
         [ "$n" -gt "$started_sent" ] && return 0
         sleep 0.2
     done
+    [ "$(psqlc "SELECT count(*) FROM outbox WHERE status = 'PENDING'")" = 0 ] && return 2
     return 1
 }
 
@@ -142,18 +145,23 @@ burst_kill() {
 start_tracked
 writers &
 writer_pid=$!
-done_kills=0 kafka_restarts=0 pg_restarts=0 unpublished_kills=0
+done_kills=0 kafka_restarts=0 pg_restarts=0 unpublished_kills=0 idle_kills=0
 while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
     if [ $done_kills -ge "$kills" ]; then
         sleep 0.5
         continue
     fi
     if ! kill -0 "$relay_pid" 2>/dev/null; then
-        reap 137 # it died without our kill: counted as a failure
+        reap unexpected # it died without our kill: a failure, whatever its status (137 too: an OOM kill)
         say "the relay was dead before kill $((done_kills + 1))"
         start_tracked
     fi
-    wait_published || unpublished_kills=$((unpublished_kills + 1))
+    published=0
+    wait_published || published=$?
+    case $published in
+    1) unpublished_kills=$((unpublished_kills + 1)) ;;
+    2) idle_kills=$((idle_kills + 1)) ;;
+    esac
     if [ $((done_kills % 2)) = 1 ]; then
         # every second kill lands in the middle of a burst's drain, where rows are always
         # in flight (at the writers' steady rate a random moment may find none)
@@ -186,9 +194,9 @@ while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
     start_tracked
 done
 wait "$writer_pid"
-say "writers done: $(psqlc "SELECT count(*) FROM $rows") rows; $done_kills kills ($unpublished_kills before the relay had published since its start), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
+say "writers done: $(psqlc "SELECT count(*) FROM $rows") rows; $done_kills kills ($unpublished_kills while rows waited and the relay had published none of them for 30 s, $idle_kills with nothing to publish), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
 if ! kill -0 "$relay_pid" 2>/dev/null; then
-    reap 137
+    reap unexpected
     say "the last relay was dead"
     start_relay
 fi
@@ -207,7 +215,10 @@ rc=0
 grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
 line=$(cat "$work/check.out")
 val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
-say "duplicates $(val duplicates); bound: $done_kills kills x OUTBOX_MAX_INFLIGHT $inflight = $((done_kills * inflight)) (plus resends around Kafka restarts)"
+# each kill republishes at most the window; so may each Kafka restart (acknowledgements lost
+# with the connection) and the PostgreSQL crash (marks lost with it)
+dup_bound=$(((done_kills + kafka_restarts + pg_restarts) * inflight))
+say "duplicates $(val duplicates); bound: ($done_kills kills + $kafka_restarts Kafka restarts + $pg_restarts PostgreSQL crash) x OUTBOX_MAX_INFLIGHT $inflight = $dup_bound"
 echo "CHAOS on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
 # The kills must have hit rows in flight: duplicates in Kafka, or at least a restart that
 # found rows claimed and not marked by the relay it replaced (its duplicates estimate; a
@@ -215,8 +226,9 @@ echo "CHAOS on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(
 hit=$(grep -c "PENDING rows are at or below the highest id a relay had claimed" "$work/relay.log" || true)
 say "restarts that found rows in flight: $hit"
 if [ "$rc" != 0 ] || [ "$left" != 0 ] || [ "$(val lost)" != 0 ] || [ "$(val order_violations)" != 0 ] ||
-   [ "$bad_exits" != 0 ] || { [ "$done_kills" -gt 0 ] && [ "$(val duplicates)" = 0 ] && [ "$hit" = 0 ]; }; then
-    say "FAILED: check exit $rc, $left rows not SENT, $bad_exits unexpected relay exits, $(val duplicates) duplicates; relay log: $work/relay.log"
+   [ "$bad_exits" != 0 ] || { [ "$done_kills" -gt 0 ] && [ "$(val duplicates)" = 0 ] && [ "$hit" = 0 ]; } ||
+   [ "$unpublished_kills" != 0 ] || [ "$(val duplicates)" -gt "$dup_bound" ]; then
+    say "FAILED: check exit $rc, $left rows not SENT, $bad_exits unexpected relay exits, $unpublished_kills stalls (rows waiting, none published in 30 s), $(val duplicates) duplicates (bound $dup_bound); relay log: $work/relay.log"
     exit 1
 fi
 rm -rf "$work"

@@ -77,7 +77,7 @@ RELAY_ENV=(OUTBOX_PG_DSN="postgresql://app:$secret@127.0.0.1:1/app?connect_timeo
 start_relay wrongpw >/dev/null
 wait_until 20 "/status answering" curl -sf "http://127.0.0.1:$(http_port wrongpw)/status" -o "$WORK/status.json"
 sleep 2
-stop_relay wrongpw || true
+stop_relay wrongpw || fail "relay wrongpw exited with $? on SIGTERM (want 0)"
 RELAY_ENV=()
 grep -q "pg worker: connection lost" "$WORK/relay-wrongpw.log" || fail "no connection error logged"
 ! grep -q "$secret" "$WORK/relay-wrongpw.log" "$WORK/status.json" || fail "the password appears in the log or /status"

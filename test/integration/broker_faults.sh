@@ -28,6 +28,15 @@ proxy drop 40
 proxy reset 300 1500
 RELAY_ENV=(OUTBOX_MAX_INFLIGHT=$window OUTBOX_KAFKA_REQUEST_TIMEOUT_MS=3000 OUTBOX_BATCH_SIZE=500)
 start_relay main >/dev/null
+# rows in flight, sampled every 0.2 s: never more than OUTBOX_MAX_INFLIGHT (README)
+sample_inflight() {
+    while [ ! -e "$WORK/stop-sampling" ]; do
+        metric main outbox_inflight_rows >>"$WORK/inflight.samples" 2>/dev/null || true
+        sleep 0.2
+    done
+}
+sample_inflight &
+sampler=$!
 steady_writers() {
     while [ ! -e "$WORK/stop-writers" ]; do
         writers 4 100 300
@@ -42,6 +51,13 @@ wait "$writer" || fail "writers failed"
 log "during the faults: $(count_status SENT) of $(count_where true) rows SENT"
 wait_until 120 "the backlog drained through the faults" rows_at_least 10000 "status = 'SENT'"
 cut_during=$(proxy_stat cut)
+touch "$WORK/stop-sampling"
+wait "$sampler"
+max_inflight=$(sort -n "$WORK/inflight.samples" | tail -1)
+log "rows in flight: at most $max_inflight in $(wc -l <"$WORK/inflight.samples") samples (OUTBOX_MAX_INFLIGHT $window)"
+[ "$(wc -l <"$WORK/inflight.samples")" -ge 20 ] || fail "too few samples of outbox_inflight_rows"
+[ "$max_inflight" -le "$window" ] || fail "$max_inflight rows in flight, more than OUTBOX_MAX_INFLIGHT=$window"
+[ "$max_inflight" -ge $((window / 2)) ] || fail "at most $max_inflight rows in flight: the window was never filled, so its bound was not tested"
 log "proxy: $(grep '^STATS' "$WORK/proxy.out" | tail -1)"
 proxy reset 0 0
 proxy drop 0

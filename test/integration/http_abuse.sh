@@ -21,7 +21,7 @@ done
 (exec 3<>"/dev/tcp/127.0.0.1/$port" && { printf 'GET /metrics HTTP/1.1\r\nX-Big: '; head -c 2000000 /dev/zero | tr '\0' a; printf '\r\n\r\n'; } >&3 2>/dev/null; exec 3>&-) 2>/dev/null || true
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary @/dev/null "http://127.0.0.1:$port/metrics")
 [ "$code" = 405 ] || fail "POST /metrics answered $code, want 405"
-code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/../../etc/passwd")
+code=$(curl -s --path-as-is -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/../../etc/passwd")
 [ "$code" = 404 ] || [ "$code" = 400 ] || fail "path traversal answered $code"
 answered=0
 for _ in $(seq 1 10); do

@@ -3,6 +3,8 @@
 # factor 3, min.insync.replicas 2): while writers commit, each broker in turn is SIGKILLed
 # and started again (partition leaders move), and the relay is SIGKILLed once and started
 # again. Proof from Kafka alone: nothing lost, per-key order of first deliveries intact.
+# The faults are shown to land: the partitions a killed broker led get other leaders, and
+# the relay had rows in flight when brokers died.
 . "$(dirname "$0")/lib.sh"
 six_free() { # a base port whose next five are free too
     local p
@@ -35,10 +37,20 @@ steady_writers() {
 steady_writers &
 writer=$!
 wait_until 120 "first rows relayed through the cluster" rows_at_least 1000 "status = 'SENT'"
+leaders() { "$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" leaders "$TOPIC_PREFIX.order" >"$WORK/leaders.$1" || fail "no leaders of the topic"; }
+moved=0 inflight_at_kills=0
 for n in 1 2 3; do
-    log "SIGKILL broker $n"
+    leaders before
+    led=$(awk -v n="$n" '$2 == n { print $1 }' "$WORK/leaders.before" | tr '\n' ' ')
+    inflight_at_kills=$((inflight_at_kills + $(metric r outbox_inflight_rows)))
+    log "SIGKILL broker $n (leader of partitions: ${led:-none})"
     bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$KC/n$n"
     sleep 4
+    leaders after
+    for p in $led; do
+        now=$(awk -v p="$p" '$1 == p { print $2 }' "$WORK/leaders.after")
+        if [ "$now" != "$n" ] && [ "$now" != -1 ]; then moved=$((moved + 1)); fi
+    done
     if [ "$n" = 2 ]; then
         log "SIGKILL the relay too"
         kill_relay r
@@ -50,6 +62,9 @@ for n in 1 2 3; do
 done
 touch "$WORK/stop-writers"
 wait "$writer" || fail "writers failed"
+log "leaders moved away from killed brokers: $moved partitions; rows in flight at the kills: $inflight_at_kills"
+[ "$moved" -gt 0 ] || fail "no partition leader moved when its broker was killed: the kills did not land"
+[ "$inflight_at_kills" -gt 0 ] || fail "no row was in flight when the brokers were killed"
 wait_until 180 "everything relayed after the broker kills" all_sent
 stop_relay r || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or per-key disorder on a 3-broker cluster with broker kills"

@@ -50,7 +50,10 @@ done
 wait_until 30 "late rows SENT" all_sent
 late_ids=$(psqlc "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox_all WHERE payload ? 'case' OR payload ? 'stall'")
 max_before=$(psqlc "SELECT count(*) FROM outbox_all o WHERE o.payload ? 'stall' AND EXISTS (SELECT 1 FROM outbox_all h WHERE h.id > o.id AND h.sent_at < o.sent_at)")
-log "late rows $late_ids; stalled row published after higher ids: $max_before"
+a_before=$(psqlc "SELECT count(*) FROM outbox_all o WHERE o.payload->>'case' = 'a' AND o.payload->>'n' = '1'
+                  AND EXISTS (SELECT 1 FROM outbox_all h WHERE h.id > o.id AND h.sent_at < o.sent_at)")
+log "late rows $late_ids; late-committing row (a) published after higher ids: $a_before; stalled row (b): $max_before"
+[ "$a_before" = 1 ] || fail "the late-committing row of case (a) was not overtaken by higher ids: scenario (a) did not happen"
 [ "$max_before" -ge 1 ] || fail "the stalled row was not overtaken by higher ids: scenario (b) did not happen"
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" --exact || fail "late commits lost or out of order"

@@ -450,3 +450,19 @@ proxy_stat() {
 }
 # check_field NAME: one figure of the last check's CHECK line
 check_field() { tr ' ' '\n' <"$WORK/check.out" | sed -n "s/^$1=//p"; }
+# dump_header FILE NAME: from an outbox-check --dump FILE, one line per message: its key and
+# the value of its header NAME, decoded ("-" when the message has none)
+dump_header() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+for line in open(sys.argv[1]):
+    f = line.rstrip("\n").split("\t")
+    key = bytes.fromhex(f[2]).decode() if f[2] != "-" else "-"
+    value = "-"
+    for h in f[4].split(";") if f[4] else []:
+        name, _, hexv = h.partition("=")
+        if name == sys.argv[2]:
+            value = bytes.fromhex(hexv).decode() if hexv != "-" else ""
+    print(key + "\t" + value)
+PY
+}

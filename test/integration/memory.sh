@@ -46,7 +46,7 @@ start_relay idle >/dev/null
 wait_until 20 "idle relay up" curl -sf "http://127.0.0.1:$(http_port idle)/metrics" -o /dev/null
 sleep 3
 idle=$(peak_kb idle)
-stop_relay idle || true
+stop_relay idle || fail "relay idle exited with $? on SIGTERM (want 0)"
 rows=$((4 * budget / 10240))
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', 'k' || (g % 100), 'Created', jsonb_build_object('n', g, 'pad', repeat(md5(g::text), 10200 / 32))
@@ -63,7 +63,7 @@ wait_until 60 "the relay fills its budget and stops claiming" inflight_stable
 inflight=$(metric down outbox_inflight_rows)
 peak=$(peak_kb down)
 now=$(rss_kb down)
-stop_relay down || true
+stop_relay down || fail "relay down exited with $? on SIGTERM (want 0)"
 log "2. Kafka down, $rows rows of 10 KB ($((rows * 10 / 1024)) MB) pending, budget $((budget / 1048576)) MB:" \
     "$inflight rows in flight ($((inflight * 10 / 1024)) MB), idle RSS $((idle / 1024)) MB, peak $((peak / 1024)) MB, now $((now / 1024)) MB"
 [ "$inflight" -lt "$rows" ] || fail "the whole backlog was claimed: no byte bound"

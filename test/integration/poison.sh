@@ -65,6 +65,12 @@ stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder after requeue"
 "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE event_type = 'E2' AND aggregate_id LIKE 'p-%'" >"$WORK/dlq.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$dlq" --expected "$WORK/dlq.tsv" --no-partition-check \
-    >"$WORK/dlq.out" 2>&1 || { cat "$WORK/dlq.out"; fail "dead-letter topic does not hold the 3 parked rows"; }
+    --dump "$WORK/dlq.dump" >"$WORK/dlq.out" 2>&1 || { cat "$WORK/dlq.out"; fail "dead-letter topic does not hold the 3 parked rows"; }
 log "dead letters: $(cat "$WORK/dlq.out" | grep CHECK)"
+# each dead letter carries its row's reason in the header outbox_error
+dump_header "$WORK/dlq.dump" outbox_error >"$WORK/dlq.errors"
+dlq_reason() { grep "^$1"$'\t' "$WORK/dlq.errors" | cut -f2-; }
+dlq_reason p-size | grep -qi "size too large" || fail "p-size's dead letter: outbox_error '$(dlq_reason p-size)'"
+dlq_reason p-topic | grep -q "not a valid Kafka topic name" || fail "p-topic's dead letter: outbox_error '$(dlq_reason p-topic)'"
+dlq_reason p-headers | grep -q "not a string" || fail "p-headers' dead letter: outbox_error '$(dlq_reason p-headers)'"
 log "ok"

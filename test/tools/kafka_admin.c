@@ -6,6 +6,8 @@
  *     the low watermark moves to OFFSET)
  *   kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS
  *     (prints the sum of the partitions' high watermarks: the messages a fresh topic holds)
+ *   kafka-admin --bootstrap HOST:PORT leaders TOPIC
+ *     (prints "partition leader" per partition, the leader's node id, -1 for none)
  * Exits 0 when the broker accepted the request. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -17,11 +19,12 @@ static int usage(void)
     fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n"
                     "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS\n"
                     "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n"
-                    "       kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS\n");
+                    "       kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS\n"
+                    "       kafka-admin --bootstrap HOST:PORT leaders TOPIC\n");
     return 2;
 }
 
-enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS, COUNT };
+enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS, COUNT, LEADERS };
 
 /* The error of the one topic or partition the request was about. */
 static int result(rd_kafka_event_t *ev, enum op op)
@@ -51,10 +54,12 @@ static int result(rd_kafka_event_t *ev, enum op op)
 
 int main(int argc, char **argv)
 {
-    if (argc < 6 || strcmp(argv[1], "--bootstrap") != 0)
+    if (argc < 5 || strcmp(argv[1], "--bootstrap") != 0)
         return usage();
     enum op op;
-    if (strcmp(argv[3], "create-partitions") == 0 && argc == 6)
+    if (strcmp(argv[3], "leaders") == 0 && argc == 5)
+        op = LEADERS;
+    else if (strcmp(argv[3], "create-partitions") == 0 && argc == 6)
         op = CREATE_PARTITIONS;
     else if (strcmp(argv[3], "create-topic") == 0 && argc == 6)
         op = CREATE_TOPIC;
@@ -74,6 +79,24 @@ int main(int argc, char **argv)
     if (!rk) {
         fprintf(stderr, "kafka-admin: %s\n", err);
         return 1;
+    }
+    if (op == LEADERS) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[4], NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 10000);
+        int rc = 0;
+        if (e || md->topic_cnt != 1 || md->topics[0].err) {
+            fprintf(stderr, "kafka-admin: %s: %s\n", argv[4], rd_kafka_err2str(e ? e : md->topics[0].err));
+            rc = 1;
+        } else {
+            for (int i = 0; i < md->topics[0].partition_cnt; i++)
+                printf("%d %d\n", (int)md->topics[0].partitions[i].id, (int)md->topics[0].partitions[i].leader);
+        }
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+        rd_kafka_destroy(rk);
+        return rc;
     }
     if (op == COUNT) { /* a topic that does not exist yet counts 0 */
         long long sum = 0;
