@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The mutant suite: every deliberate breakage that once made a check fail is kept as a patch
+# under test/mutants/ (a header names the test that must catch it and the text its failure
+# must show). This applies each patch in turn to a scratch copy of the tree, builds, runs
+# that test against throwaway servers, and expects it to fail with that text; then takes the
+# patch back out. A check that stops failing on its mutant no longer bites.
+#   scripts/mutants.sh                 every mutant (about 30 minutes here)
+#   scripts/mutants.sh PATTERN...      the mutants whose file name contains a PATTERN
+# Prints one line per mutant (caught / MISSED / BROKEN) and "N caught, N missed, N broken";
+# exits non-zero unless every mutant was caught.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+
+bash scripts/deps.sh || exit 1
+bash test/env/kafka.sh fetch || exit 1
+
+scratch=$(mktemp -d /tmp/outbox-mutants.XXXXXX)
+chmod 755 "$scratch"
+# the tree as it is now, tracked and new files alike, without build folders
+git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$scratch" 2>/dev/null
+cd "$scratch" || exit 1
+meson setup build -Dtest_hooks=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
+ninja -C build >/dev/null || exit 1
+
+. scripts/servers.sh
+cleanup() { servers_stop; cd /; rm -rf "$scratch"; }
+trap cleanup EXIT
+servers_start || exit 1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$scratch/test/lsan.supp:print_suppressions=0 RELAYTEST_SRC=$scratch
+
+caught=0 missed=0 broken=0
+for patch in "$src"/test/mutants/*.patch; do
+    name=$(basename "$patch" .patch)
+    if [ $# -gt 0 ]; then
+        wanted=0
+        for p in "$@"; do [[ $name == *"$p"* ]] && wanted=1; done
+        [ $wanted = 1 ] || continue
+    fi
+    test_name=$(sed -n 's/^test: //p' "$patch" | head -1)
+    expect=$(sed -n 's/^expect: //p' "$patch" | head -1)
+    if ! patch -p1 --quiet --forward <"$patch" >/dev/null; then
+        echo "BROKEN  $name: the patch no longer applies"
+        broken=$((broken + 1))
+        continue
+    fi
+    if ! ninja -C build >"build/mutant-build.log" 2>&1; then
+        echo "BROKEN  $name: does not build"
+        tail -5 build/mutant-build.log | sed 's/^/        /'
+        broken=$((broken + 1))
+    else
+        start=$SECONDS
+        if meson test -C build --num-processes 1 --print-errorlogs "$test_name" >"build/mutant-test.log" 2>&1; then
+            echo "MISSED  $name: $test_name passed ($((SECONDS - start)) s)"
+            missed=$((missed + 1))
+        elif grep -Eq -- "$expect" build/meson-logs/testlog.txt; then
+            echo "caught  $name: $test_name failed with: $(grep -Eo -m1 -- ".{0,40}($expect).{0,40}" build/meson-logs/testlog.txt | head -1) ($((SECONDS - start)) s)"
+            caught=$((caught + 1))
+        else
+            echo "MISSED  $name: $test_name failed, but not with /$expect/:"
+            grep -m3 'FAIL' build/meson-logs/testlog.txt | sed 's/^/        /'
+            missed=$((missed + 1))
+        fi
+    fi
+    patch -p1 --quiet --reverse <"$patch" >/dev/null || { echo "cannot take $name back out"; exit 1; }
+done
+ninja -C build >/dev/null 2>&1
+echo "$caught caught, $missed missed, $broken broken"
+[ "$missed" -eq 0 ] && [ "$broken" -eq 0 ]
