@@ -158,6 +158,20 @@ const char *sink_auth_hint(const rd_kafka_conf_t *conf)
            "\"Secure connections\")";
 }
 
+void sink_warn_old_scram(const rd_kafka_conf_t *conf)
+{
+    static int warned;
+    char mech[64];
+    size_t len = sizeof(mech);
+    if (warned || rd_kafka_version() >= 0x020601ff ||
+        rd_kafka_conf_get(conf, "sasl.mechanisms", mech, &len) != RD_KAFKA_CONF_OK || strncmp(mech, "SCRAM", 5) != 0)
+        return;
+    warned = 1;
+    log_warn("kafka: librdkafka %s logs in with %s in a way Kafka 4.x brokers refuse (fixed in librdkafka "
+             "2.6.1): against Kafka 4.x use a build linked with librdkafka >= 2.6.1; Kafka 3.x brokers accept it",
+             rd_kafka_version_str(), mech);
+}
+
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     struct sink *sk = opaque;
@@ -231,6 +245,7 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
+    sink_warn_old_scram(conf);
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
     rd_kafka_conf_set_log_cb(conf, log_cb);

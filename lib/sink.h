@@ -61,6 +61,9 @@ void sink_abandon(struct sink *sk, int timeout_ms);
  * refuses as RFC 5802 asks), so a right password is refused there. "" when that cannot be
  * the cause (another mechanism, or a fixed librdkafka). */
 const char *sink_auth_hint(const rd_kafka_conf_t *conf);
+/* Logs once per process, when librdkafka is older than 2.6.1 and conf (borrowed) logs in
+ * with a SCRAM mechanism, that Kafka 4.x brokers will refuse the login. */
+void sink_warn_old_scram(const rd_kafka_conf_t *conf);
 
 int sink_check_reachable(const struct kafka_prop *props, size_t n);
 

@@ -1,6 +1,7 @@
 /* outbox-inbox: consumes the relay's topics and applies each event once, in the consumer's
  * database (see lib/inbox/inbox.c). Parses settings, then runs, migrates, or checks the
  * settings (--check-config). The only place that exits. */
+#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,7 +79,8 @@ int main(int argc, char **argv)
     } else if (cfg.show_help) {
         inbox_config_print_help(stdout);
     } else if (cfg.show_version) {
-        printf("outbox-inbox %s (librdkafka %s)\n", OUTBOX_VERSION, rd_kafka_version_str());
+        printf("outbox-inbox %s (librdkafka %s, libpq %d.%d)\n", OUTBOX_VERSION, rd_kafka_version_str(),
+               PQlibVersion() / 10000, PQlibVersion() % 100);
     } else {
         log_setup(cfg.log_level, cfg.log_format);
         if (cfg.check_config) {

@@ -191,8 +191,8 @@ int main(int argc, char **argv)
     } else if (cfg.show_help) {
         config_print_help(stdout);
     } else if (cfg.show_version) {
-        printf("outbox-relay %s (librdkafka %s, schema version %d)\n", OUTBOX_VERSION,
-               rd_kafka_version_str(), schema_version());
+        printf("outbox-relay %s (librdkafka %s, libpq %d.%d, schema version %d)\n", OUTBOX_VERSION,
+               rd_kafka_version_str(), PQlibVersion() / 10000, PQlibVersion() % 100, schema_version());
     } else {
         log_setup(cfg.log_level, cfg.log_format);
         if (cfg.check_config)

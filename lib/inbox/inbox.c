@@ -507,6 +507,7 @@ static int make_kafka(struct inbox *ib, char *err, size_t errlen)
     rd_kafka_conf_set(conf, "statistics.interval.ms", "5000", kerr, sizeof(kerr));
     rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    sink_warn_old_scram(conf);
     if (!(ib->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, kerr, sizeof(kerr)))) {
         rd_kafka_conf_destroy(conf);
         return set_err(err, errlen, "kafka: cannot create the consumer: %s", kerr);

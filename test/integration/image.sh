@@ -46,9 +46,12 @@ in_image() { image_cmd "$@"; "${IMG_CMD[@]}"; }
 mkdir -p "$WORK/mnt"
 
 in_image -- --version >"$WORK/version.out" 2>&1 || fail "--version in the image: $(cat "$WORK/version.out")"
-grep -q "^outbox-relay " "$WORK/version.out" || fail "--version said: $(cat "$WORK/version.out")"
+grep -Eq "^outbox-relay .*\(librdkafka [0-9]+\.[0-9]+\.[0-9]+, libpq [0-9]+\.[0-9]+, schema version [0-9]+\)" "$WORK/version.out" ||
+    fail "--version said: $(cat "$WORK/version.out")"
 in_image -- --entrypoint /usr/local/bin/outbox-inbox --version >"$WORK/iv.out" 2>&1 ||
     fail "outbox-inbox --version in the image: $(cat "$WORK/iv.out")"
+grep -Eq "^outbox-inbox .*\(librdkafka [0-9]+\.[0-9]+\.[0-9]+, libpq [0-9]+\.[0-9]+\)" "$WORK/iv.out" ||
+    fail "outbox-inbox --version said: $(cat "$WORK/iv.out")"
 in_image -- --entrypoint /usr/local/bin/outbox-tail --help >"$WORK/tail.out" 2>&1 ||
     grep -qi "usage" "$WORK/tail.out" || fail "outbox-tail in the image: $(cat "$WORK/tail.out")"
 log "in the image: $(cat "$WORK/version.out"); $(cat "$WORK/iv.out")"
