@@ -201,9 +201,16 @@ if ! kill -0 "$relay_pid" 2>/dev/null; then
     start_relay
 fi
 deadline=$((SECONDS + 600))
-until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
-kill -TERM "$relay_pid" 2>/dev/null || true
-reap 0
+# (a relay that dies while draining ends the wait: a failure, not ten minutes of waiting)
+until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ] ||
+      ! kill -0 "$relay_pid" 2>/dev/null; do sleep 1; done
+if kill -0 "$relay_pid" 2>/dev/null; then
+    kill -TERM "$relay_pid" 2>/dev/null || true
+    reap 0
+else
+    reap unexpected
+    say "the relay died while draining the rest"
+fi
 
 committed=$(psqlc "SELECT count(*) FROM $rows")
 sent=$(sent_count)

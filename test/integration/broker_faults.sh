@@ -37,6 +37,7 @@ sample_inflight() {
 }
 sample_inflight &
 sampler=$!
+RELAY_PIDS+=("$sampler") # killed when the test ends, whatever its outcome
 steady_writers() {
     while [ ! -e "$WORK/stop-writers" ]; do
         writers 4 100 300
@@ -45,6 +46,7 @@ steady_writers() {
 }
 steady_writers &
 writer=$!
+RELAY_PIDS+=("$writer")
 sleep 25
 touch "$WORK/stop-writers"
 wait "$writer" || fail "writers failed"
