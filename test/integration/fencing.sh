@@ -8,11 +8,14 @@
 # whose token is older than one already seen in its Kafka partition (what a's producer
 # still sent as it woke up may only be a duplicate of an event already delivered: counted
 # as stale_duplicates). Nothing lost, per-key order kept, a rejoins.
-# Relay a reaches Kafka through the project's fault proxy, which makes the broker slow for
-# it (each response held 1.5 s) before the freeze: a has messages in flight and queued when
-# it is frozen, and its producer sends the queued ones as it wakes - they must reach Kafka
-# late and be counted as stale duplicates, never as first deliveries. Relay b and the
-# check talk to the broker directly. Every message must carry the lease header.
+# Relay a reaches Kafka through the project's fault proxy, which holds every request a sends
+# for 8 s before it reaches the broker (a slow network): when a is frozen, Produce requests
+# it already sent are on their way, out of its reach - no purge can call them back. They
+# reach Kafka after b has taken over and published those rows again, and must be counted
+# as stale duplicates, never as first deliveries. (Messages a had only queued when frozen
+# are purged when it wakes and sees its lease lost - seen once as 56 messages "Purged in
+# queue": that race is why the delay is on requests already sent.) Relay b and the check
+# talk to the broker directly. Every message must carry the lease header.
 . "$(dirname "$0")/lib.sh"
 proxied_kafka
 setup_db
@@ -45,9 +48,9 @@ test_pid=$$
 wp=$!
 wait_until 30 "both relays publishing" rows_at_least 3000 "status = 'SENT'"
 
-proxy delay 1500
+proxy delay_requests 8000
 a_queued() { metric_at_least a outbox_inflight_rows 500; }
-wait_until 20 "a has rows in flight to the slow broker" a_queued
+wait_until 4 "a has rows in flight to the slow network" a_queued
 a_pid=$(relay_pid a)
 inflight_a=$(metric a outbox_inflight_rows)
 stopped_at=$(psqlc "SELECT clock_timestamp()")
@@ -62,7 +65,7 @@ log "b took over a's partitions and published them $took s after the freeze (bou
 awk -v t="$took" -v b="$((T / 1000))" 'BEGIN { exit !(t <= b) }' || fail "takeover took $took s, more than the lease timeout"
 sleep 8
 kill -CONT "$a_pid"
-proxy delay 0
+proxy delay_requests 0
 log "resumed relay a after $(psqlc "SELECT round(extract(epoch FROM clock_timestamp() - '$stopped_at'::timestamptz)::numeric, 1)") s"
 wait_until 20 "a noticed it lost its leases" grep -q "lease: lost .*no answer from PostgreSQL\|lease: lost .*connection" "$WORK/relay-a.log"
 wait_until 60 "a rejoined and holds partitions again" metric_at_least a outbox_lease_partitions_held 20

@@ -6,16 +6,8 @@
 # The faults are shown to land: the partitions a killed broker led get other leaders, and
 # the relay had rows in flight when brokers died.
 . "$(dirname "$0")/lib.sh"
-six_free() { # a base port whose next five are free too
-    local p
-    while :; do
-        p=$((23000 + (RANDOM % 4000) * 2)) ok=1
-        for i in 0 1 2 3 4 5; do (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null && ok=0; done
-        [ "$ok" = 1 ] && { echo "$p"; return; }
-    done
-}
 KC=$WORK/kc
-base=$(six_free)
+base=$(free_ports 6)
 cluster_cleanup() {
     local n
     for n in 1 2 3; do bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$KC/n$n" 2>/dev/null || true; done

@@ -9,6 +9,9 @@
  * advertised address is this proxy). Prints "LISTENING PORT" on stdout once it accepts.
  * Commands on stdin, one per line, each acknowledged on stderr with "fault-proxy: done CMD":
  *   delay MS        hold each response a random 0..MS ms (per connection, order kept)
+ *   delay_requests MS
+ *                   hold each request MS ms before it reaches the broker (order kept):
+ *                   what a client sent stays on the wire, beyond its reach, for MS ms
  *   drop N          swallow one Produce response in N at random (0: none); the connection
  *                   stays up, so the client sees its request time out
  *   reset MIN MAX   every MIN..MAX ms, reset (TCP RST) every connection with a Produce
@@ -63,12 +66,13 @@ struct conn {
     int inflight_head, inflight_len;
     struct response *queue, *queue_tail; /* answered, not yet passed on */
     int64_t last_release_ms;
+    struct response *req_queue, *req_queue_tail; /* requests held back (delay_requests) */
 };
 
 static struct conn *conns[MAX_CONNS];
 static long long st_connections, st_produce_requests, st_produce_responses, st_delivered, st_dropped,
     st_resets, st_cut;
-static int delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold;
+static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold;
 static int64_t next_reset_ms = INT64_MAX;
 
 static int64_t now_ms(void)
@@ -153,6 +157,11 @@ static void conn_close(int i, int reset)
         c->queue = r->next;
         free(r);
     }
+    while (c->req_queue) {
+        struct response *r = c->req_queue;
+        c->req_queue = r->next;
+        free(r);
+    }
     free(c->from_client.data);
     free(c->to_server.data);
     free(c->from_server.data);
@@ -209,7 +218,23 @@ static void client_frames(struct conn *c)
             }
             st_produce_requests += api == 0;
         }
-        buf_put(&c->to_server, c->from_client.data, 4 + size);
+        if (request_delay_ms > 0 || c->req_queue) { /* held back, behind any held before */
+            struct response *r = malloc(sizeof(*r) + 4 + size);
+            if (!r)
+                die("out of memory");
+            r->next = NULL;
+            r->produce = 0;
+            r->len = 4 + size;
+            r->release_ms = now_ms() + request_delay_ms;
+            memcpy(r->frame, c->from_client.data, 4 + size);
+            if (c->req_queue_tail)
+                c->req_queue_tail->next = r;
+            else
+                c->req_queue = r;
+            c->req_queue_tail = r;
+        } else {
+            buf_put(&c->to_server, c->from_client.data, 4 + size);
+        }
         buf_drop(&c->from_client, 4 + size);
     }
 }
@@ -268,6 +293,14 @@ static void server_frames(struct conn *c)
 
 static void release_due(struct conn *c, int64_t now)
 {
+    while (c->req_queue && c->req_queue->release_ms <= now) {
+        struct response *r = c->req_queue;
+        buf_put(&c->to_server, r->frame, r->len);
+        c->req_queue = r->next;
+        if (!c->req_queue)
+            c->req_queue_tail = NULL;
+        free(r);
+    }
     while (c->queue && c->queue->release_ms <= now) {
         struct response *r = c->queue;
         buf_put(&c->to_client, r->frame, r->len);
@@ -319,7 +352,9 @@ static int command(char *line)
     int a, b;
     char word[16];
     line[strcspn(line, "\n")] = '\0';
-    if (sscanf(line, "delay %d", &a) == 1)
+    if (sscanf(line, "delay_requests %d", &a) == 1)
+        request_delay_ms = a;
+    else if (sscanf(line, "delay %d", &a) == 1)
         delay_ms = a;
     else if (sscanf(line, "drop %d", &a) == 1)
         drop_one_in = a;
@@ -421,6 +456,8 @@ int main(int argc, char **argv)
             release_due(c, now);
             if (c->queue && c->queue->release_ms < wake)
                 wake = c->queue->release_ms;
+            if (c->req_queue && c->req_queue->release_ms < wake)
+                wake = c->req_queue->release_ms;
             pfd[n] = (struct pollfd){.fd = c->cfd, .events = POLLIN | (c->to_client.len ? POLLOUT : 0)};
             owner[n++] = i;
             pfd[n] = (struct pollfd){.fd = c->sfd, .events = POLLIN | (c->to_server.len ? POLLOUT : 0)};
