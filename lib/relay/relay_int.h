@@ -240,7 +240,7 @@ int reset_send_note_failed(struct relay *r);
 void lease_init(struct relay *r);
 void lease_lose_all(struct relay *r, const char *why);
 void lease_check_deadline(struct relay *r);
-int lease_send_next(struct relay *r); /* 1 if a lease statement was sent */
+int lease_send_next(struct relay *r); /* 0 if a lease statement was sent, -1 if none */
 int lease_active_literal(struct relay *r, struct strbuf *out);
 void lease_drain_all(struct relay *r);
 int lease_all_released(const struct relay *r);
