@@ -28,6 +28,7 @@ steady_writers() {
 }
 steady_writers &
 writer=$!
+RELAY_PIDS+=("$writer") # killed when the test ends, whatever its outcome
 wait_until 120 "first rows relayed through the cluster" rows_at_least 1000 "status = 'SENT'"
 leaders() { "$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" leaders "$TOPIC_PREFIX.order" >"$WORK/leaders.$1" || fail "no leaders of the topic"; }
 moved=0 inflight_at_kills=0
