@@ -52,8 +52,15 @@ RELAYTEST_RELAY_BIN=$PREV_BIN
 start_relay old >/dev/null
 RELAYTEST_RELAY_BIN=$this_bin
 migrates=()
-writers 4 1500 200 >/dev/null &
+# writers go on until the new relay has taken over: with a fixed number of rows they
+# could finish before the migrations did, and "the old relay keeps relaying after the
+# migration" then had nothing left to relay (seen in CI: all 6,000 rows SENT before it)
+steady_writers() {
+    while [ ! -e "$WORK/stop-writers" ]; do writers 4 250 200 >/dev/null; done
+}
+steady_writers &
 writer=$!
+RELAY_PIDS+=("$writer")
 wait_until 60 "the old relay relays" rows_at_least 1000 "status = 'SENT'"
 for i in 1 2 3 4 5; do
     OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate-$i.log" 2>&1 &
@@ -69,6 +76,7 @@ wait_until 30 "the old relay keeps relaying after the migration" rows_at_least $
 kill -0 "$(relay_pid old)" || fail "the old relay exited"
 start_relay new >/dev/null
 stop_relay old || fail "the old relay exited with $? on SIGTERM"
+touch "$WORK/stop-writers"
 wait "$writer" || fail "writers failed"
 wait_until 60 "the new relay drained everything" all_sent
 stop_relay new || fail "relay exited with $? on SIGTERM"
