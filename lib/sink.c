@@ -163,10 +163,10 @@ void sink_warn_old_scram(const rd_kafka_conf_t *conf)
     static int warned;
     char mech[64];
     size_t len = sizeof(mech);
-    if (warned || rd_kafka_version() >= 0x020601ff ||
-        rd_kafka_conf_get(conf, "sasl.mechanisms", mech, &len) != RD_KAFKA_CONF_OK || strncmp(mech, "SCRAM", 5) != 0)
+    if (warned || !sink_auth_hint(conf)[0]) /* the same condition as the refused login's hint */
         return;
     warned = 1;
+    rd_kafka_conf_get(conf, "sasl.mechanisms", mech, &len);
     log_warn("kafka: librdkafka %s logs in with %s in a way Kafka 4.x brokers refuse (fixed in librdkafka "
              "2.6.1): against Kafka 4.x use a build linked with librdkafka >= 2.6.1; Kafka 3.x brokers accept it",
              rd_kafka_version_str(), mech);
