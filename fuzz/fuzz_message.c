@@ -53,12 +53,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
             message_destroy(&msg);
         }
-        if (message_build_layout(&row, tmpl, 1, &msg, err, sizeof(err)) == 0) {
+        struct message_layout dbz = {.topic_template = tmpl, .debezium = 1};
+        if (message_build_layout(&row, &dbz, &msg, err, sizeof(err)) == 0) {
             if (strcmp(msg.headers[0].name, "id") != 0 || strcmp(msg.headers[0].value, row.event_id) != 0)
                 abort(); /* Debezium layout: id comes first and cannot be shadowed */
             for (size_t i = 1; i < msg.n_headers; i++)
                 if (strcmp(msg.headers[i].name, "id") == 0)
                     abort();
+            message_destroy(&msg);
+        }
+        /* CloudEvents on: the attributes come from the row's columns alone - a row header
+         * can neither shadow nor repeat a ce_ header - and content-type appears once */
+        struct message_layout ce = {.topic_template = tmpl, .ce_source = "/fuzz",
+                                    .ce_content_type = "application/json"};
+        if (message_build_layout(&row, &ce, &msg, err, sizeof(err)) == 0) {
+            size_t ce_headers = 0, content_types = 0;
+            for (size_t i = 0; i < msg.n_headers; i++) {
+                ce_headers += strncmp(msg.headers[i].name, "ce_", 3) == 0;
+                content_types += strcmp(msg.headers[i].name, "content-type") == 0;
+            }
+            if (ce_headers != 6 || content_types != 1 || strcmp(msg.headers[4].name, "ce_id") != 0 ||
+                strcmp(msg.headers[4].value, row.event_id) != 0)
+                abort();
             message_destroy(&msg);
         }
         struct config cfg = {.table = "public.outbox", .topic_template = (char *)tmpl,

@@ -274,6 +274,68 @@ static int check_placement(const char *v, char *err, size_t errlen)
     return rc;
 }
 
+int config_check_uri_reference(const char *v, char *err, size_t errlen)
+{
+    if (!v[0])
+        return set_err(err, errlen, "expected a URI-reference (RFC 3986), got an empty value");
+    size_t scheme_end = strcspn(v, ":/?#");
+    if (v[scheme_end] == ':') { /* a scheme: a relative reference cannot start with "x:" */
+        int ok = scheme_end > 0 && isalpha((unsigned char)v[0]);
+        for (size_t i = 1; ok && i < scheme_end; i++)
+            ok = isalnum((unsigned char)v[i]) || v[i] == '+' || v[i] == '-' || v[i] == '.';
+        if (!ok)
+            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%.*s' before "
+                           "the first ':' is not a scheme (letter, then letters, digits, + - .), "
+                           "and a relative reference cannot have a ':' in its first segment",
+                           v, (int)scheme_end, v);
+    }
+    const char *after_scheme = v[scheme_end] == ':' ? v + scheme_end + 1 : v;
+    const char *authority_end = after_scheme;
+    if (strncmp(after_scheme, "//", 2) == 0)
+        authority_end = after_scheme + 2 + strcspn(after_scheme + 2, "/?#");
+    int hashes = 0;
+    for (const char *c = v; *c; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u == '%') {
+            if (!isxdigit((unsigned char)c[1]) || !isxdigit((unsigned char)c[2]))
+                return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%%' at "
+                               "offset %d is not followed by two hex digits", v, (int)(c - v));
+            c += 2;
+            continue;
+        }
+        if ((u == '[' || u == ']') && !(c >= after_scheme + 2 && c < authority_end))
+            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%c' outside "
+                           "an authority's IP literal", v, u);
+        hashes += u == '#';
+        if (!isalnum(u) && !strchr("-._~:/?#[]@!$&'()*+,;=", u)) /* u is not NUL here */
+            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): character "
+                           "0x%02x at offset %d must be percent-encoded", v, u, (int)(c - v));
+    }
+    if (hashes > 1)
+        return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): more than one '#'", v);
+    return 0;
+}
+
+static int check_ce_source(const char *v, char *err, size_t errlen)
+{
+    return v[0] ? config_check_uri_reference(v, err, errlen) : 0;
+}
+
+/* A media type as a header value: type/subtype, optionally with parameters; printable. */
+static int check_content_type(const char *v, char *err, size_t errlen)
+{
+    if (!v[0])
+        return 0;
+    const char *slash = strchr(v, '/');
+    if (!slash || slash == v || !slash[1] || slash[1] == ';' || slash[1] == ' ')
+        return set_err(err, errlen, "expected a media type such as application/json, got '%s'", v);
+    for (const char *c = v; *c; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            return set_err(err, errlen, "expected printable ASCII, got character 0x%02x",
+                           (unsigned char)*c);
+    return 0;
+}
+
 static int check_payload_type(const char *v, char *err, size_t errlen)
 {
     if (v[0] && strcmp(v, "jsonb") != 0 && strcmp(v, "json") != 0 && strcmp(v, "text") != 0 &&
@@ -370,6 +432,17 @@ static const struct setting settings[] = {
      OFF(additional_placement), "", 0, 0, check_placement,
      "debezium layout: more columns as Kafka headers, column:header[:name],... (the event "
      "router's table.fields.additional.placement; header is the only placement)"},
+    {"OUTBOX_CLOUDEVENTS_SOURCE", "cloudevents-source", SETTING_STRING, OFF(ce_source), "", 0, 0,
+     check_ce_source,
+     "CloudEvents binary mode: every message also carries ce_specversion, ce_id (event id), "
+     "ce_source (this value, a URI-reference such as /orders-service or "
+     "https://example.com/orders), ce_type (event type), ce_subject (aggregate id), ce_time "
+     "(created_at) and content-type; a row header named ce_* is parked. Empty: off"},
+    {"OUTBOX_CLOUDEVENTS_CONTENT_TYPE", "cloudevents-content-type", SETTING_STRING,
+     OFF(ce_content_type), "", 0, 0, check_content_type,
+     "the content-type header of CloudEvents messages (a row's own content-type header wins); "
+     "empty: from the payload column's type (application/json for json and jsonb, "
+     "text/plain; charset=utf-8 for text, application/octet-stream for bytea)"},
     {"OUTBOX_PAYLOAD_TYPE", "payload-type", SETTING_STRING, OFF(payload_type), "", 0, 0,
      check_payload_type,
      "type of the payload column when `migrate` creates the table: jsonb, json, text or bytea "
@@ -763,6 +836,18 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
     if (!cfg->on_sent[0]) {
         free(cfg->on_sent);
         cfg->on_sent = xstrdup(cfg->debezium ? "delete" : "mark");
+    }
+    if (cfg->ce_content_type[0] && !cfg->ce_source[0])
+        return set_err(err, errlen, "OUTBOX_CLOUDEVENTS_CONTENT_TYPE: applies only with "
+                       "OUTBOX_CLOUDEVENTS_SOURCE set (CloudEvents on)");
+    if (cfg->ce_source[0]) { /* a placement named ce_* would park every row */
+        const char *cursor = cfg->additional_placement;
+        char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX];
+        while (config_placement_next(&cursor, column, header, err, errlen) == 1)
+            if (strncmp(header, "ce_", 3) == 0)
+                return set_err(err, errlen, "OUTBOX_ADDITIONAL_PLACEMENT: header name '%s' is "
+                               "reserved for the CloudEvents attributes while "
+                               "OUTBOX_CLOUDEVENTS_SOURCE is set", header);
     }
     if (cfg->additional_placement[0] && !cfg->debezium)
         return set_err(err, errlen, "OUTBOX_ADDITIONAL_PLACEMENT: applies to OUTBOX_LAYOUT=debezium "

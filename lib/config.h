@@ -38,6 +38,8 @@ struct config {
     char *layout;      /* "native" (the relay's own table) or "debezium" (Debezium's outbox table) */
     int debezium;      /* layout is "debezium" */
     char *additional_placement; /* debezium: "column:header[:name],..." extra columns as headers */
+    char *ce_source;       /* OUTBOX_CLOUDEVENTS_SOURCE: CloudEvents binary mode's source; "" = off */
+    char *ce_content_type; /* OUTBOX_CLOUDEVENTS_CONTENT_TYPE: "" = from the payload column's type */
     char *dead_letter_topic;
     char *retention;
     int retention_seconds; /* parsed from retention; 0 disables */
@@ -88,6 +90,12 @@ int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
 #define CONFIG_IDENT_MAX 64 /* a PostgreSQL identifier and its NUL */
 int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
                           char header[CONFIG_IDENT_MAX], char *err, size_t errlen);
+/* Validates a URI-reference (RFC 3986, section 4.1: a URI or a relative reference), as
+ * CloudEvents' source attribute must be: not empty, only the characters RFC 3986 allows,
+ * every '%' followed by two hex digits, a scheme (letter, then letters, digits, + - .)
+ * before a ':' that comes ahead of any '/', '?' or '#', at most one '#', '[' ']' only in an
+ * authority. */
+int config_check_uri_reference(const char *v, char *err, size_t errlen);
 /* Whether rows may name this topic under OUTBOX_TOPIC_ALLOW (allow: the setting's value). */
 int config_topic_allowed(const char *allow, const char *topic);
 

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -47,12 +48,47 @@ int message_topic_valid(const char *name)
     return 1;
 }
 
-static int add_header(struct message *msg, const char *name, const char *value)
+/* The relay's fixed headers: room for them is part of MESSAGE_MAX_HEADERS. */
+static void add_header(struct message *msg, const char *name, const char *value)
 {
-    if (msg->n_headers >= MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS)
-        return -1;
     msg->headers[msg->n_headers++] = (struct message_header){name, value};
+}
+
+/* One of the row's own headers: at most MESSAGE_MAX_ROW_HEADERS. */
+static int add_row_header(struct message *msg, const char *name, const char *value)
+{
+    if (msg->n_row_headers >= MESSAGE_MAX_ROW_HEADERS)
+        return -1;
+    msg->n_row_headers++;
+    add_header(msg, name, value);
     return 0;
+}
+
+const char *message_content_type(const char *payload_type)
+{
+    if (payload_type && (strcmp(payload_type, "jsonb") == 0 || strcmp(payload_type, "json") == 0))
+        return "application/json";
+    if (payload_type && strcmp(payload_type, "text") == 0)
+        return "text/plain; charset=utf-8";
+    return "application/octet-stream";
+}
+
+/* ms since the epoch as RFC 3339 in UTC with milliseconds: 2026-12-01T17:50:28.123Z */
+static void rfc3339_ms(int64_t ms, char *out, size_t outlen)
+{
+    int64_t secs = ms / 1000, frac = ms % 1000;
+    if (frac < 0) { /* before 1970: floor, so the fraction stays positive */
+        frac += 1000;
+        secs--;
+    }
+    time_t t = (time_t)secs;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
+        snprintf(out, outlen, "1970-01-01T00:00:00.000Z"); /* outside RFC 3339's years */
+        return;
+    }
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)frac);
 }
 
 void message_add_relay_header(struct message *msg, const char *name, const char *value)
@@ -72,7 +108,7 @@ void message_destroy(struct message *msg)
     msg->n_headers = 0;
 }
 
-static int add_row_headers(struct message *msg, const char *json, int debezium, char *err,
+static int add_row_headers(struct message *msg, const char *json, int debezium, int ce, char *err,
                            size_t errlen)
 {
     json_error_t jerr;
@@ -99,11 +135,13 @@ static int add_row_headers(struct message *msg, const char *json, int debezium, 
             return set_err(err, errlen, "headers: 'id' is reserved for the row's id column");
         if (strcmp(name, "outbox_lease") == 0)
             return set_err(err, errlen, "headers: '%s' is reserved for the relay", name);
+        if (ce && strncmp(name, "ce_", 3) == 0)
+            return set_err(err, errlen, "headers: '%s' is reserved for the CloudEvents attributes "
+                           "(OUTBOX_CLOUDEVENTS_SOURCE is set)", name);
         if (name[0] == '\0')
             return set_err(err, errlen, "headers: empty header name");
-        if (add_header(msg, name, json_is_null(value) ? NULL : json_string_value(value)) != 0)
-            return set_err(err, errlen, "headers: more than %d headers",
-                           MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS - 3);
+        if (add_row_header(msg, name, json_is_null(value) ? NULL : json_string_value(value)) != 0)
+            return set_err(err, errlen, "headers: more than %d headers", MESSAGE_MAX_ROW_HEADERS);
     }
     return 0;
 }
@@ -111,16 +149,28 @@ static int add_row_headers(struct message *msg, const char *json, int debezium, 
 int message_build(const struct outbox_row *row, const char *tmpl, struct message *msg,
                   char *err, size_t errlen)
 {
-    return message_build_layout(row, tmpl, 0, msg, err, errlen);
+    struct message_layout lay = {.topic_template = tmpl};
+    return message_build_layout(row, &lay, msg, err, errlen);
 }
 
-int message_build_layout(const struct outbox_row *row, const char *tmpl, int debezium,
+/* Whether the row's own headers (already added) have one named name. */
+static int has_row_header(const struct message *msg, const char *name)
+{
+    for (size_t i = msg->n_headers - msg->n_row_headers; i < msg->n_headers; i++)
+        if (strcmp(msg->headers[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+int message_build_layout(const struct outbox_row *row, const struct message_layout *lay,
                          struct message *msg, char *err, size_t errlen)
 {
+    int debezium = lay->debezium, ce = lay->ce_source && lay->ce_source[0];
     msg->n_headers = 0;
+    msg->n_row_headers = 0;
     msg->json = NULL;
     msg->topic = row->topic ? xstrdup(row->topic)
-                            : message_topic(tmpl, row->aggregate_type, row->event_type);
+                            : message_topic(lay->topic_template, row->aggregate_type, row->event_type);
     if (!message_topic_valid(msg->topic)) {
         set_err(err, errlen, "topic '%.250s' is not a valid Kafka topic name", msg->topic);
         goto fail;
@@ -132,8 +182,20 @@ int message_build_layout(const struct outbox_row *row, const char *tmpl, int deb
         add_header(msg, "event_type", row->event_type);
         add_header(msg, "aggregate_type", row->aggregate_type);
     }
-    if (row->headers && add_row_headers(msg, row->headers, debezium, err, errlen) != 0)
+    if (ce) { /* the binary mode's attributes; values as they are (UTF-8, not percent-encoded) */
+        rfc3339_ms(row->created_ms, msg->ce_time, sizeof(msg->ce_time));
+        add_header(msg, "ce_specversion", "1.0");
+        add_header(msg, "ce_id", row->event_id);
+        add_header(msg, "ce_source", lay->ce_source);
+        add_header(msg, "ce_type", row->event_type);
+        add_header(msg, "ce_subject", row->aggregate_id);
+        add_header(msg, "ce_time", msg->ce_time);
+    }
+    if (row->headers && add_row_headers(msg, row->headers, debezium, ce, err, errlen) != 0)
         goto fail;
+    if (ce && !has_row_header(msg, "content-type")) /* the row's own wins */
+        add_header(msg, "content-type", lay->ce_content_type ? lay->ce_content_type
+                                                             : "application/octet-stream");
     return 0;
 fail:
     message_destroy(msg);

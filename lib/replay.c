@@ -136,6 +136,9 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     if (schema_payload_type(conn, cfg->table, ptype, sizeof(ptype), err, errlen) != 0)
         goto out;
     int bytea = strcmp(ptype, "bytea") == 0; /* sent as hex, decoded below */
+    const struct message_layout lay = {
+        .topic_template = cfg->topic_template, .debezium = cfg->debezium, .ce_source = cfg->ce_source,
+        .ce_content_type = cfg->ce_content_type[0] ? cfg->ce_content_type : message_content_type(ptype)};
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
@@ -195,7 +198,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
                 continue;
             struct message msg;
             char why[512];
-            if (message_build_layout(&row, cfg->topic_template, cfg->debezium, &msg, why, sizeof(why)) != 0) {
+            if (message_build_layout(&row, &lay, &msg, why, sizeof(why)) != 0) {
                 log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
                 rp.failed++;
                 continue;

@@ -26,11 +26,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
-# The deployment checks' Python tools (test/deploy.sh): kubernetes-validate, which brings
-# the Kubernetes schemas and PyYAML, from PyPI into the project's own virtualenv.
+# The tests' Python tools, from PyPI into the project's own virtualenv: kubernetes-validate
+# (the deployment checks, test/deploy.sh), which brings the Kubernetes schemas and PyYAML;
+# the CloudEvents SDK (the conformance test, test/integration/cloudevents.sh).
 venv=$(cd "$(dirname "$0")/.." && pwd)/.work/venv
-if [ ! -x "$venv/bin/kubernetes-validate" ]; then
-    echo "deps: kubernetes-validate into $venv" >&2
+if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/python3" -c 'import cloudevents.core.bindings.kafka' 2>/dev/null; then
+    echo "deps: kubernetes-validate and cloudevents into $venv" >&2
     /usr/bin/python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0 >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0 cloudevents==2.2.0 >&2
 fi

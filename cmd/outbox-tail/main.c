@@ -1,5 +1,7 @@
 /* outbox-tail: prints the messages arriving on a topic with their key and headers, from
- * every partition. For the demo and for operators checking what the relay publishes.
+ * every partition, and for a CloudEvents binary-mode message (a ce_specversion header) a
+ * second line with its attributes. For the demo and for operators checking what the relay
+ * publishes.
  *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning] */
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
@@ -8,6 +10,33 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
+
+/* The CloudEvents attributes of a binary-mode message (Kafka protocol binding: ce_<name>
+ * headers, datacontenttype in content-type), the required ones first, then the optional
+ * ones and extensions in the message's order: "  cloudevent specversion=1.0 id=... ". */
+static void print_cloudevent(rd_kafka_headers_t *hdrs)
+{
+    const void *val;
+    size_t len;
+    if (rd_kafka_header_get_last(hdrs, "ce_specversion", &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    static const char *const first[] = {"ce_specversion", "ce_id", "ce_source", "ce_type"};
+    printf("  cloudevent");
+    for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++)
+        if (rd_kafka_header_get_last(hdrs, first[i], &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            printf(" %s=%.*s", first[i] + 3, (int)len, val ? (const char *)val : "");
+    const char *name;
+    for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &len) == 0; i++) {
+        int required = 0;
+        for (size_t j = 0; j < sizeof(first) / sizeof(first[0]); j++)
+            required |= strcmp(name, first[j]) == 0;
+        if (!required && strncmp(name, "ce_", 3) == 0)
+            printf(" %s=%.*s", name + 3, (int)len, val ? (const char *)val : "");
+        else if (strcmp(name, "content-type") == 0)
+            printf(" datacontenttype=%.*s", (int)len, val ? (const char *)val : "");
+    }
+    printf("\n");
+}
 
 static void on_signal(int sig)
 {
@@ -88,6 +117,8 @@ int main(int argc, char **argv)
                     printf(" %s=%.*s", name, (int)len, (const char *)val);
             }
             printf(" value=%.*s\n", (int)m->len, (const char *)m->payload);
+            if (rd_kafka_message_headers(m, &hdrs) == 0)
+                print_cloudevent(hdrs);
             fflush(stdout);
         }
         rd_kafka_message_destroy(m);

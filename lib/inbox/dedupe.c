@@ -66,20 +66,71 @@ int inbox_is_uuid(const char *s)
     return s[sizeof(shape) - 1] == '\0';
 }
 
-int inbox_dedupe_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, json_t *payload,
-                     struct strbuf *out, char *why, size_t whylen)
+/* A header's value when present and not empty (caller frees), else NULL. */
+static char *nonempty_header(rd_kafka_headers_t *hdrs, const char *name)
 {
-    strbuf_reset(out);
-    if (cfg->n_key_parts == 0) {
-        char *id = inbox_header(hdrs, cfg->event_id_header);
-        if (!id || !*id) {
-            free(id);
-            return set_err(why, whylen, "no dedupe key: the message has no '%s' header", cfg->event_id_header);
-        }
+    char *v = inbox_header(hdrs, name);
+    if (v && !*v) {
+        free(v);
+        v = NULL;
+    }
+    return v;
+}
+
+char *inbox_event_id(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs)
+{
+    if (strcmp(cfg->event_id_header, "auto") != 0)
+        return nonempty_header(hdrs, cfg->event_id_header);
+    char *id = nonempty_header(hdrs, "event_id");
+    if (!id)
+        id = nonempty_header(hdrs, "id");
+    if (!id)
+        id = nonempty_header(hdrs, "ce_id");
+    return id;
+}
+
+/* The event identity as the dedupe key: the configured header's value; with `auto`, event_id,
+ * else id, else ["ce_source","ce_id"] as a JSON array (CloudEvents makes the pair unique, not
+ * the id alone; the array keeps "a/b"+"c" apart from "a"+"b/c"). The order is fixed so that a
+ * producer turning CloudEvents on (this relay keeps event_id or id beside the ce_ headers)
+ * does not change the key of an event redelivered across the switch. */
+static int identity_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, struct strbuf *out,
+                        char *why, size_t whylen)
+{
+    int autodetect = strcmp(cfg->event_id_header, "auto") == 0;
+    char *id = nonempty_header(hdrs, autodetect ? "event_id" : cfg->event_id_header);
+    if (!id && autodetect)
+        id = nonempty_header(hdrs, "id");
+    if (id) {
         strbuf_puts(out, id);
         free(id);
         return 0;
     }
+    if (!autodetect)
+        return set_err(why, whylen, "no dedupe key: the message has no '%s' header", cfg->event_id_header);
+    char *source = nonempty_header(hdrs, "ce_source"), *ce_id = nonempty_header(hdrs, "ce_id");
+    char *text = NULL;
+    if (source && ce_id) {
+        json_t *pair = json_pack("[ss]", source, ce_id);
+        text = pair ? json_dumps(pair, JSON_COMPACT) : NULL; /* NULL: not UTF-8 */
+        json_decref(pair);
+    }
+    free(source);
+    free(ce_id);
+    if (!text)
+        return set_err(why, whylen, "no dedupe key: the message has no event_id or id header, nor "
+                       "CloudEvents' ce_source and ce_id (as UTF-8)");
+    strbuf_puts(out, text);
+    free(text);
+    return 0;
+}
+
+int inbox_dedupe_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, json_t *payload,
+                     struct strbuf *out, char *why, size_t whylen)
+{
+    strbuf_reset(out);
+    if (cfg->n_key_parts == 0)
+        return identity_key(cfg, hdrs, out, why, whylen);
     json_t *parts = json_array();
     for (int i = 0; i < cfg->n_key_parts; i++) {
         const struct inbox_key_part *kp = &cfg->key_parts[i];

@@ -13,7 +13,12 @@
  * doc; NULL when absent. "" is the whole document. */
 json_t *inbox_json_pointer(json_t *doc, const char *pointer);
 
-/* The message's dedupe key into out: the event id header's value, or with key parts a JSON
+/* The message's event id for the handler and the inbox row (caller frees; NULL if none):
+ * the INBOX_EVENT_ID_HEADER header, or with `auto` event_id, else id, else ce_id. */
+char *inbox_event_id(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs);
+
+/* The message's dedupe key into out: the event id header's value (with `auto`: event_id,
+ * else id, else ["ce_source","ce_id"]), or with key parts a JSON
  * array of their values as text (["ERP","invoice","42"]: unambiguous whatever they hold).
  * payload may be NULL (parsed lazily from value). Returns 0, or -1 with why (a header or
  * field missing, a payload that is not JSON). */

@@ -562,8 +562,10 @@ static void incoming_init(struct incoming *in, rd_kafka_message_t *m, const stru
     snprintf(in->received, sizeof(in->received), "%lld", (long long)wall_ms());
     if (rd_kafka_message_headers(m, &in->hdrs) != 0)
         in->hdrs = NULL;
-    in->event_id = inbox_header(in->hdrs, "event_id");
+    in->event_id = inbox_event_id(cfg, in->hdrs);
     in->event_type = inbox_header(in->hdrs, "event_type");
+    if (!in->event_type) /* a CloudEvents producer's */
+        in->event_type = inbox_header(in->hdrs, "ce_type");
     json_t *h = json_object();
     const char *name;
     const void *val;
@@ -922,7 +924,9 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     }
     log_info("inbox: consuming %s in group %s into %s with %s (dedupe key: %s)", cfg->topics,
              has_prop(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>", cfg->table,
-             cfg->handler, cfg->n_key_parts ? cfg->dedupe_key : cfg->event_id_header);
+             cfg->handler, cfg->n_key_parts ? cfg->dedupe_key
+                           : strcmp(cfg->event_id_header, "auto") == 0 ? "event_id, else id, else ce_source + ce_id"
+                                                                        : cfg->event_id_header);
     ib->last_retention = mono_ms() - RETENTION_EVERY_MS + 5000;
     rd_kafka_message_t *batch[INBOX_BATCH_MAX];
     struct incoming *in = xcalloc(INBOX_BATCH_MAX, sizeof(*in));

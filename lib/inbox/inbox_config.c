@@ -32,8 +32,9 @@ static const struct setting settings[] = {
     {"INBOX_NAME", STR, OFF(name), "", 0, 0,
      "the inbox rows' `handler` value (one table may serve several handlers); default: the handler's name"},
     {"INBOX_TABLE", STR, OFF(table), "public.inbox", 0, 0, "the inbox table, `[schema.]name`"},
-    {"INBOX_EVENT_ID_HEADER", STR, OFF(event_id_header), "event_id", 0, 0,
-     "header holding the event id (the default dedupe key; `id` for Debezium-shaped messages)"},
+    {"INBOX_EVENT_ID_HEADER", STR, OFF(event_id_header), "auto", 0, 0,
+     "header holding the event id (the default dedupe key); `auto`: `event_id` (this relay), else `id` "
+     "(Debezium's outbox event router), else the CloudEvents pair `ce_source` + `ce_id`"},
     {"INBOX_DEDUPE_KEY", STR, OFF(dedupe_key), "", 0, 0,
      "a business key instead of the event id: `header:NAME` and `payload:/json/pointer` parts, comma-separated"},
     {"INBOX_BATCH_SIZE", INT, OFF(batch_size), "100", 1, INBOX_BATCH_MAX,

@@ -105,7 +105,7 @@ void produce_claimed(struct relay *r)
             poison_park_row(r, slot, &row, reason);
             continue;
         }
-        if (message_build_layout(&row, r->cfg->topic_template, r->cfg->debezium, &msg, reason, sizeof(reason)) != 0) {
+        if (message_build_layout(&row, &r->layout, &msg, reason, sizeof(reason)) != 0) {
             poison_park_row(r, slot, &row, reason);
             continue;
         }

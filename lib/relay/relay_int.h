@@ -168,6 +168,7 @@ struct relay {
     int schema_ok;                  /* version checked on the current worker connection */
     int schema_logged;
     int payload_bytea;              /* the payload column is bytea: claimed as hex */
+    struct message_layout layout;   /* rows -> messages: settings and the payload column's type */
     ev_timer retry_timer;           /* after a failed statement */
     /* The last statement failure logged, so that the same failure retried every 0.5 s is
      * logged once a minute with its count rather than each time (worker.c). */

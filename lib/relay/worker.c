@@ -106,6 +106,11 @@ static void version_result(struct relay *r, PGresult *res)
         const char *ptype = PQgetisnull(res, 0, START_CHECK_PAYLOAD_TYPE)
                                 ? "none" : PQgetvalue(res, 0, START_CHECK_PAYLOAD_TYPE);
         r->payload_bytea = strcmp(ptype, "bytea") == 0;
+        r->layout = (struct message_layout){
+            .topic_template = r->cfg->topic_template, .debezium = r->cfg->debezium,
+            .ce_source = r->cfg->ce_source,
+            .ce_content_type = r->cfg->ce_content_type[0] ? r->cfg->ce_content_type
+                                                          : message_content_type(ptype)};
         /* the requeue count (schema 5) makes claims above the floors safe */
         r->claim.floors_on = have >= 5;
         free(r->sql.placement_types);

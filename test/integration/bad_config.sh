@@ -30,6 +30,9 @@ cases=(
     "--kafka=compression.codec=zip|compression.codec"
     "--max-inflight=10|OUTBOX_MAX_INFLIGHT"
     "--table|--table"
+    "OUTBOX_CLOUDEVENTS_SOURCE=/orders service|OUTBOX_CLOUDEVENTS_SOURCE"
+    "OUTBOX_CLOUDEVENTS_SOURCE=9x:orders|OUTBOX_CLOUDEVENTS_SOURCE"
+    "--cloudevents-content-type=json|--cloudevents-content-type"
 )
 n=0
 for c in "${cases[@]}"; do

@@ -17,6 +17,10 @@
 # also lose nothing, duplicate nothing and keep per-key order (outbox-check), and Debezium
 # ignores the relay's deletes (no other message reaches its topics). Timestamps: the relay's
 # (the row's insert time) is never later than Debezium's.
+# Then the consumer half on Debezium's own messages: outbox-inbox with its default identity
+# (INBOX_EVENT_ID_HEADER=auto, which takes Debezium's id header) applies every event Debezium
+# produced once, its handler given Debezium's id as event_id; ten of Debezium's messages
+# produced again (headers and all) are counted as duplicates and applied nothing.
 RELAYTEST_LAYOUT=debezium
 . "$(dirname "$0")/lib.sh"
 rows_per_writer=${DEBEZIUM_ROWS_PER_WRITER:-250}
@@ -183,3 +187,27 @@ escaped=$(cat "$WORK"/relay.*.norm | grep -c "$(printf 'caf\xc3\xa9' | od -An -t
 [ "$nulls" -gt 0 ] || fail "no message had a NULL additional column: the NULL header case was not compared"
 [ "$escaped" = "$total" ] || fail "expected every payload to carry the non-ASCII text, found $escaped"
 log "ok: $compared messages identical on both sides (key, value, partition, id header, $((nulls)) with a NULL column header); differences only in the documented headers"
+
+# The inbox on Debezium's topics.
+CDSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$CDB"
+setup_inbox_db
+cpsql "CREATE TABLE dbz_applied (event_id uuid PRIMARY KEY, key text NOT NULL, times int NOT NULL DEFAULT 1);
+       CREATE FUNCTION apply_dbz(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)
+       RETURNS void LANGUAGE sql AS \$\$
+           INSERT INTO dbz_applied VALUES (event_id, key)
+               ON CONFLICT (event_id) DO UPDATE SET times = dbz_applied.times + 1 \$\$"
+INBOX_TOPICS_TEST="$TOPIC_PREFIX.dbz.order,$TOPIC_PREFIX.dbz.payment" start_inbox dbz INBOX_HANDLER=apply_dbz
+wait_until 120 "outbox-inbox to apply Debezium's $total events" \
+    metric_is dbz 'inbox_messages_total{result="applied"}' "$total"
+head -10 "$WORK/dbz.order.dump" | cut -f3-5 >"$WORK/again.lines"
+"$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" produce "$TOPIC_PREFIX.dbz.order" <"$WORK/again.lines" >"$WORK/again.out" ||
+    fail "cannot produce Debezium's messages again"
+wait_until 60 "the ten messages produced again counted as duplicates" \
+    metric_is dbz 'inbox_messages_total{result="duplicate"}' 10
+[ "$(cpsql "SELECT count(*) || ' ' || max(times) FROM dbz_applied")" = "$total 1" ] ||
+    fail "Debezium's events applied: $(cpsql "SELECT count(*), max(times) FROM dbz_applied") (want $total, each once)"
+psqlc "SELECT event_id FROM outbox_all" | sort >"$WORK/dbz.want"
+cpsql "SELECT event_id FROM dbz_applied" | sort | cmp -s - "$WORK/dbz.want" ||
+    fail "the handler's event ids are not Debezium's ids"
+[ "$(metric dbz 'inbox_messages_total{result="applied"}')" = "$total" ] || fail "the messages produced again were applied"
+log "ok: outbox-inbox applied Debezium's $total events once each (identity: its id header), 10 produced again counted as duplicates"

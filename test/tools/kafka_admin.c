@@ -8,6 +8,11 @@
  *     (prints the sum of the partitions' high watermarks: the messages a fresh topic holds)
  *   kafka-admin --bootstrap HOST:PORT leaders TOPIC
  *     (prints "partition leader" per partition, the leader's node id, -1 for none)
+ *   kafka-admin --bootstrap HOST:PORT produce TOPIC
+ *     (produces one message per stdin line "key<TAB>value<TAB>headers": key and value in hex,
+ *     "-" for null; headers as name=hexvalue (or name=- for none) joined by ';', empty for none - outbox-check's
+ *     --dump fields; the Java client's partitioner; waits for every acknowledgement and
+ *     prints "produced N")
  * Exits 0 when the broker accepted the request. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -20,11 +25,92 @@ static int usage(void)
                     "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS\n"
                     "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n"
                     "       kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS\n"
-                    "       kafka-admin --bootstrap HOST:PORT leaders TOPIC\n");
+                    "       kafka-admin --bootstrap HOST:PORT leaders TOPIC\n"
+                    "       kafka-admin --bootstrap HOST:PORT produce TOPIC\n");
     return 2;
 }
 
-enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS, COUNT, LEADERS };
+/* Hex text [s, s+n) into out (n/2 bytes); -1 when it is not hex. */
+static int unhex(const char *s, size_t n, char *out)
+{
+    if (n % 2)
+        return -1;
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned v;
+        if (sscanf(s + i, "%2x", &v) != 1)
+            return -1;
+        out[i / 2] = (char)v;
+    }
+    return 0;
+}
+
+static int delivered_failed;
+static void produce_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk, (void)opaque;
+    if (m->err) {
+        fprintf(stderr, "kafka-admin: delivery failed: %s\n", rd_kafka_err2str(m->err));
+        delivered_failed++;
+    }
+}
+
+/* produce: the lines of stdin as messages (see the top of this file). */
+static int produce(rd_kafka_t *rk, const char *topic)
+{
+    char line[1 << 16];
+    long n = 0;
+    while (fgets(line, sizeof(line), stdin)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *key = line, *value = strchr(key, '\t'), *hdrs = value ? strchr(value + 1, '\t') : NULL;
+        if (!hdrs) {
+            fprintf(stderr, "kafka-admin: line %ld: expected key<TAB>value<TAB>headers\n", n + 1);
+            return 2;
+        }
+        *value++ = '\0';
+        *hdrs++ = '\0';
+        static char kbuf[1 << 15], vbuf[1 << 15], hval[1 << 15];
+        size_t klen = strlen(key), vlen = strlen(value);
+        int knull = strcmp(key, "-") == 0, vnull = strcmp(value, "-") == 0;
+        if ((!knull && unhex(key, klen, kbuf)) || (!vnull && unhex(value, vlen, vbuf))) {
+            fprintf(stderr, "kafka-admin: line %ld: key or value is not hex\n", n + 1);
+            return 2;
+        }
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+        for (char *item = strtok(hdrs, ";"); item; item = strtok(NULL, ";")) {
+            char *eq = strchr(item, '=');
+            if (eq && strcmp(eq + 1, "-") == 0) { /* a header without a value */
+                *eq = '\0';
+                rd_kafka_header_add(h, item, -1, NULL, 0);
+                continue;
+            }
+            if (!eq || unhex(eq + 1, strlen(eq + 1), hval)) {
+                fprintf(stderr, "kafka-admin: line %ld: header '%s' is not name=hexvalue\n", n + 1, item);
+                rd_kafka_headers_destroy(h);
+                return 2;
+            }
+            *eq = '\0';
+            rd_kafka_header_add(h, item, -1, hval, (ssize_t)(strlen(eq + 1) / 2));
+        }
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(knull ? NULL : kbuf, knull ? 0 : klen / 2),
+            RD_KAFKA_V_VALUE(vnull ? NULL : vbuf, vnull ? 0 : vlen / 2), RD_KAFKA_V_HEADERS(h),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (e) {
+            rd_kafka_headers_destroy(h);
+            fprintf(stderr, "kafka-admin: line %ld: %s\n", n + 1, rd_kafka_err2str(e));
+            return 1;
+        }
+        n++;
+    }
+    if (rd_kafka_flush(rk, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR || delivered_failed) {
+        fprintf(stderr, "kafka-admin: not every message was acknowledged\n");
+        return 1;
+    }
+    printf("produced %ld\n", n);
+    return 0;
+}
+
+enum op { CREATE_PARTITIONS, CREATE_TOPIC, DELETE_RECORDS, COUNT, LEADERS, PRODUCE };
 
 /* The error of the one topic or partition the request was about. */
 static int result(rd_kafka_event_t *ev, enum op op)
@@ -59,6 +145,8 @@ int main(int argc, char **argv)
     enum op op;
     if (strcmp(argv[3], "leaders") == 0 && argc == 5)
         op = LEADERS;
+    else if (strcmp(argv[3], "produce") == 0 && argc == 5)
+        op = PRODUCE;
     else if (strcmp(argv[3], "create-partitions") == 0 && argc == 6)
         op = CREATE_PARTITIONS;
     else if (strcmp(argv[3], "create-topic") == 0 && argc == 6)
@@ -75,10 +163,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "kafka-admin: %s\n", err);
         return 2;
     }
+    if (op == PRODUCE && (rd_kafka_conf_set(conf, "partitioner", "murmur2_random", err, sizeof(err)) ||
+                          rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof(err)))) {
+        fprintf(stderr, "kafka-admin: %s\n", err);
+        return 2;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, produce_report);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!rk) {
         fprintf(stderr, "kafka-admin: %s\n", err);
         return 1;
+    }
+    if (op == PRODUCE) {
+        int rc = produce(rk, argv[4]);
+        rd_kafka_destroy(rk);
+        return rc;
     }
     if (op == LEADERS) {
         rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[4], NULL);

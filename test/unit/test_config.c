@@ -252,8 +252,67 @@ static void test_debezium_layout(void)
     }
 }
 
+/* OUTBOX_CLOUDEVENTS_SOURCE: a URI-reference (RFC 3986) or empty; the content type only with it;
+ * no placement header named ce_* while it is set. */
+static void test_cloudevents(void)
+{
+    struct config cfg;
+    char err[512] = "";
+    char *run[] = {"outbox-relay", NULL};
+    static const char *good[] = {"/orders-service", "https://example.com/orders", "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66",
+                                 "orders", "//host:8080/a/b?c=d#frag", "mailto:ops@example.com", "/a%20b",
+                                 "http://[::1]:8080/x", "./rel:ative", "#only-fragment"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        err[0] = '\0';
+        is_int(config_check_uri_reference(good[i], err, sizeof(err)), 0, "URI-reference '%s' accepted: %s", good[i], err);
+    }
+    static const char *bad[][2] = {
+        {"", "empty"},
+        {"/orders service", "0x20"},
+        {"/orders%zz", "two hex digits"},
+        {"/orders%4", "two hex digits"},
+        {"1http://x", "not a scheme"},
+        {":x", "not a scheme"},
+        {"a b:c", "not a scheme"},
+        {"/a#b#c", "more than one '#'"},
+        {"/a[1]", "IP literal"},
+        {"/caf\xc3\xa9", "0xc3"},
+        {"/a\"b", "0x22"},
+        {"/a\\b", "0x5c"},
+        {"/a{b}", "0x7b"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        ok(config_check_uri_reference(bad[i][0], err, sizeof(err)) == -1 && strstr(err, bad[i][1]),
+           "URI-reference '%s' refused: %s", bad[i][0], err);
+    }
+    char *on[] = {"OUTBOX_CLOUDEVENTS_SOURCE=/orders", "OUTBOX_CLOUDEVENTS_CONTENT_TYPE=application/vnd.order+json", NULL};
+    is_int(load(&cfg, on, run, err, sizeof(err)), 0, "cloudevents on: %s", err);
+    is_str(cfg.ce_source, "/orders", "source kept");
+    is_str(cfg.ce_content_type, "application/vnd.order+json", "content type kept");
+    config_destroy(&cfg);
+    char *off[] = {NULL};
+    is_int(load(&cfg, off, run, err, sizeof(err)), 0, "defaults: %s", err);
+    is_str(cfg.ce_source, "", "cloudevents off by default");
+    config_destroy(&cfg);
+    static const char *refused[][3] = {
+        {"OUTBOX_CLOUDEVENTS_SOURCE=/orders service", NULL, "OUTBOX_CLOUDEVENTS_SOURCE"},
+        {"OUTBOX_CLOUDEVENTS_SOURCE=/orders", "OUTBOX_CLOUDEVENTS_CONTENT_TYPE=json", "OUTBOX_CLOUDEVENTS_CONTENT_TYPE"},
+        {"OUTBOX_CLOUDEVENTS_CONTENT_TYPE=application/json", NULL, "applies only with OUTBOX_CLOUDEVENTS_SOURCE"},
+        {"OUTBOX_CLOUDEVENTS_SOURCE=/orders", "OUTBOX_ADDITIONAL_PLACEMENT=tenant:header:ce_tenant", "'ce_tenant' is reserved"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        char *env[] = {"OUTBOX_LAYOUT=debezium", (char *)refused[i][0], (char *)refused[i][1], NULL};
+        err[0] = '\0';
+        is_int(load(&cfg, env, run, err, sizeof(err)), -1, "refused: %s %s", refused[i][0], refused[i][1] ? refused[i][1] : "");
+        ok(strstr(err, refused[i][2]) != NULL, "says %s: %s", refused[i][2], err);
+        config_destroy(&cfg);
+    }
+}
+
 int main(void)
 {
+    test_cloudevents();
     test_debezium_layout();
     test_command_args();
     test_topic_allow();

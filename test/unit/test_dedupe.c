@@ -67,6 +67,73 @@ static void test_keys(void)
     ok(!inbox_is_uuid("6f1c2a4e00000-4000-8000-000000000001"), "dash misplaced");
 }
 
+/* The event identity with INBOX_EVENT_ID_HEADER=auto (the default) and with a named header. */
+static void test_identity(void)
+{
+    struct inbox_config cfg;
+    char err[512] = "", why[256] = "";
+    char *env[] = {"INBOX_PG_DSN=host=x", "INBOX_TOPICS=t", "INBOX_HANDLER=h", NULL};
+    char *argv[] = {"outbox-inbox", NULL};
+    is_int(inbox_config_load(&cfg, env, 1, argv, err, sizeof(err)), 0, "defaults load: %s", err);
+    is_str(cfg.event_id_header, "auto", "the identity is found automatically by default");
+    struct strbuf key;
+    strbuf_init(&key);
+    static const struct {
+        const char *headers[8]; /* name, value pairs */
+        const char *key, *event_id;
+    } cases[] = {
+        {{"event_id", "e1", "id", "d1", "ce_source", "/s", "ce_id", "c1"}, "e1", "e1"},  /* this relay */
+        {{"id", "d1", "ce_source", "/s", "ce_id", "c1"}, "d1", "d1"},                    /* Debezium */
+        {{"ce_source", "/orders", "ce_id", "42"}, "[\"/orders\",\"42\"]", "42"},       /* CloudEvents */
+        {{"ce_source", "/a\"b", "ce_id", "x"}, "[\"/a\\\"b\",\"x\"]", "x"},          /* JSON-escaped */
+        {{"event_id", "", "ce_source", "/s", "ce_id", "c1"}, "[\"/s\",\"c1\"]", "c1"},  /* empty is none */
+        {{"ce_id", "c1"}, NULL, "c1"},                                                  /* no source */
+        {{"ce_source", "/s"}, NULL, NULL},                                              /* no id */
+        {{"other", "x"}, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(4);
+        for (int j = 0; j < 8 && cases[i].headers[j]; j += 2)
+            rd_kafka_header_add(h, cases[i].headers[j], -1, cases[i].headers[j + 1], -1);
+        why[0] = '\0';
+        int rc = inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why));
+        if (cases[i].key) {
+            is_int(rc, 0, "case %zu: a key", i);
+            is_str(key.buf, cases[i].key, "case %zu: the key", i);
+        } else {
+            ok(rc == -1 && strstr(why, "no event_id or id header, nor CloudEvents' ce_source and ce_id"),
+               "case %zu: no key: %s", i, why);
+        }
+        char *id = inbox_event_id(&cfg, h);
+        if (cases[i].event_id)
+            is_str(id, cases[i].event_id, "case %zu: the handler's event id", i);
+        else
+            ok(id == NULL, "case %zu: no event id", i);
+        free(id);
+        rd_kafka_headers_destroy(h);
+    }
+    inbox_config_destroy(&cfg);
+
+    char *named[] = {"INBOX_PG_DSN=host=x", "INBOX_TOPICS=t", "INBOX_HANDLER=h", "INBOX_EVENT_ID_HEADER=id", NULL};
+    is_int(inbox_config_load(&cfg, named, 1, argv, err, sizeof(err)), 0, "a named header loads: %s", err);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(4);
+    rd_kafka_header_add(h, "event_id", -1, "e1", -1);
+    rd_kafka_header_add(h, "id", -1, "d1", -1);
+    is_int(inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why)), 0, "named: a key");
+    is_str(key.buf, "d1", "named: that header alone");
+    char *id = inbox_event_id(&cfg, h);
+    is_str(id, "d1", "named: the handler's event id from it");
+    free(id);
+    rd_kafka_headers_destroy(h);
+    h = rd_kafka_headers_new(4);
+    rd_kafka_header_add(h, "event_id", -1, "e1", -1);
+    ok(inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why)) == -1 && strstr(why, "no 'id' header"),
+       "named: no fallback: %s", why);
+    rd_kafka_headers_destroy(h);
+    inbox_config_destroy(&cfg);
+    strbuf_destroy(&key);
+}
+
 static void test_invalid(void)
 {
     static const char *const bad[][2] = {
@@ -106,6 +173,7 @@ int main(void)
 {
     test_pointer();
     test_keys();
+    test_identity();
     test_invalid();
     return done();
 }

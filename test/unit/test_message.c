@@ -94,13 +94,13 @@ int main(void)
     row = base_row();
     char many[64 * 16 + 8];
     size_t off = (size_t)snprintf(many, sizeof(many), "{");
-    for (int i = 0; i < MESSAGE_MAX_HEADERS - MESSAGE_RELAY_HEADERS - 3; i++)
+    for (int i = 0; i < MESSAGE_MAX_ROW_HEADERS; i++)
         off += (size_t)snprintf(many + off, sizeof(many) - off, "%s\"h%d\": \"v\"", i ? ", " : "", i);
     snprintf(many + off, sizeof(many) - off, "}");
     row.headers = many;
     is_int(message_build(&row, "t", &m, err, sizeof(err)), 0, "60 writer headers fit: %s", err);
     message_add_relay_header(&m, "outbox_lease", "3/17/r/1");
-    is_int(m.n_headers, MESSAGE_MAX_HEADERS, "with the relay's own: 64");
+    is_int(m.n_headers, 64, "with the relay's own: 64");
     is_str(m.headers[63].name, "outbox_lease", "the relay's header is last");
     message_destroy(&m);
     char *at = strchr(many, '}');
@@ -111,9 +111,11 @@ int main(void)
 
     /* The Debezium layout: the id header, then the additional placement's; a NULL column is
      * a header without a value; the native layout's names are free there, id is not. */
+    const struct message_layout dbz = {.topic_template = "outbox.event.{aggregate_type}", .debezium = 1};
+    const struct message_layout dbz_t = {.topic_template = "t", .debezium = 1};
     row = base_row();
     row.headers = "{\"tenant\": \"t1\", \"eventType\": \"OrderPlaced\", \"gone\": null, \"event_type\": \"x\"}";
-    is_int(message_build_layout(&row, "outbox.event.{aggregate_type}", 1, &m, err, sizeof(err)), 0,
+    is_int(message_build_layout(&row, &dbz, &m, err, sizeof(err)), 0,
            "debezium layout builds: %s", err);
     is_str(m.topic, "outbox.event.order", "debezium: topic from the template");
     is_int(m.n_headers, 5, "debezium: id + 4 placement headers");
@@ -125,11 +127,78 @@ int main(void)
     ok(m.headers[3].value == NULL && strcmp(m.headers[3].name, "gone") == 0, "debezium: NULL column, NULL value");
     message_destroy(&m);
     row.headers = "{\"id\": \"spoof\"}";
-    ok(message_build_layout(&row, "t", 1, &m, err, sizeof(err)) == -1 && strstr(err, "'id' is reserved"),
+    ok(message_build_layout(&row, &dbz_t, &m, err, sizeof(err)) == -1 && strstr(err, "'id' is reserved"),
        "debezium: a header named id is refused: %s", err);
     row.headers = "{\"gone\": null}";
     ok(message_build(&row, "t", &m, err, sizeof(err)) == -1 && strstr(err, "not a string"),
        "native: a null header value is still refused: %s", err);
+
+    /* CloudEvents binary mode: the attributes after the relay's three headers, the row's own
+     * after them, content-type last unless the row has one (the row's wins); a row header
+     * ce_* is refused only while CloudEvents are on. */
+    const struct message_layout ce = {.topic_template = "t", .ce_source = "/orders-service",
+                                      .ce_content_type = "application/json"};
+    row = base_row();
+    row.created_ms = 1700000000123;
+    row.headers = "{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}";
+    is_int(message_build_layout(&row, &ce, &m, err, sizeof(err)), 0, "cloudevents builds: %s", err);
+    static const char *const ce_names[] = {"event_id", "event_type", "aggregate_type", "ce_specversion",
+                                           "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time",
+                                           "traceparent", "content-type"};
+    is_int(m.n_headers, 11, "cloudevents: 3 + 6 attributes + 1 row header + content-type");
+    for (size_t i = 0; i < 11 && i < m.n_headers; i++)
+        is_str(m.headers[i].name, ce_names[i], "cloudevents: header %zu", i);
+    is_str(header(&m, "ce_specversion"), "1.0", "ce_specversion");
+    is_str(header(&m, "ce_id"), row.event_id, "ce_id is the event id");
+    is_str(header(&m, "ce_source"), "/orders-service", "ce_source is the setting");
+    is_str(header(&m, "ce_type"), "OrderPlaced", "ce_type is the event type");
+    is_str(header(&m, "ce_subject"), "order-42", "ce_subject is the aggregate id");
+    is_str(header(&m, "ce_time"), "2023-11-14T22:13:20.123Z", "ce_time: RFC 3339, UTC, ms");
+    is_str(header(&m, "content-type"), "application/json", "content-type from the layout");
+    message_destroy(&m);
+    row.created_ms = -1;
+    is_int(message_build_layout(&row, &ce, &m, err, sizeof(err)), 0, "cloudevents, 1969");
+    is_str(header(&m, "ce_time"), "1969-12-31T23:59:59.999Z", "ce_time before the epoch floors");
+    message_destroy(&m);
+    row = base_row();
+    row.headers = "{\"content-type\": \"application/vnd.order+json\"}";
+    is_int(message_build_layout(&row, &ce, &m, err, sizeof(err)), 0, "cloudevents, own content-type");
+    size_t cts = 0;
+    for (size_t i = 0; i < m.n_headers; i++)
+        cts += strcmp(m.headers[i].name, "content-type") == 0;
+    is_int(cts, 1, "one content-type header");
+    is_str(header(&m, "content-type"), "application/vnd.order+json", "the row's content-type wins");
+    message_destroy(&m);
+    row.headers = "{\"ce_type\": \"spoof\"}";
+    ok(message_build_layout(&row, &ce, &m, err, sizeof(err)) == -1 &&
+       strstr(err, "'ce_type' is reserved for the CloudEvents attributes"),
+       "cloudevents: a ce_ row header is refused: %s", err);
+    is_int(message_build(&row, "t", &m, err, sizeof(err)), 0, "cloudevents off: a ce_ row header is the row's");
+    is_str(header(&m, "ce_type"), "spoof", "cloudevents off: nothing changes");
+    ok(header(&m, "content-type") == NULL && header(&m, "ce_specversion") == NULL, "cloudevents off: no attributes");
+    message_destroy(&m);
+    const struct message_layout ce_dbz = {.topic_template = "t", .debezium = 1, .ce_source = "urn:x",
+                                          .ce_content_type = "text/plain; charset=utf-8"};
+    row = base_row();
+    row.headers = "{\"tenant\": \"t1\"}";
+    is_int(message_build_layout(&row, &ce_dbz, &m, err, sizeof(err)), 0, "cloudevents, debezium layout");
+    is_str(m.headers[0].name, "id", "debezium + cloudevents: id first");
+    is_str(m.headers[1].name, "ce_specversion", "debezium + cloudevents: then the attributes");
+    is_str(header(&m, "ce_subject"), "order-42", "debezium + cloudevents: subject from aggregateid");
+    is_str(m.headers[m.n_headers - 1].value, "text/plain; charset=utf-8", "debezium + cloudevents: content-type last");
+    message_destroy(&m);
+    row.headers = many; /* 60 row headers: still room for the attributes and the lease */
+    at = strstr(many, ", \"one_more\"");
+    snprintf(at, sizeof(many) - (size_t)(at - many), "}");
+    is_int(message_build_layout(&row, &ce, &m, err, sizeof(err)), 0, "60 row headers with cloudevents: %s", err);
+    message_add_relay_header(&m, "outbox_lease", "3/17/r/1");
+    is_int(m.n_headers, MESSAGE_MAX_HEADERS, "3 + 6 + 60 + content-type + lease: all fit");
+    is_str(m.headers[MESSAGE_MAX_HEADERS - 1].name, "outbox_lease", "the lease last");
+    message_destroy(&m);
+    is_str(message_content_type("jsonb"), "application/json", "jsonb -> application/json");
+    is_str(message_content_type("json"), "application/json", "json -> application/json");
+    is_str(message_content_type("text"), "text/plain; charset=utf-8", "text -> text/plain");
+    is_str(message_content_type("bytea"), "application/octet-stream", "bytea -> octet-stream");
 
     char long_name[300];
     memset(long_name, 'a', 250);
