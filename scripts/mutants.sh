@@ -29,6 +29,7 @@ trap cleanup EXIT
 servers_start || exit 1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$scratch/test/lsan.supp:print_suppressions=0 RELAYTEST_SRC=$scratch
+export OUTBOX_PY_VENV=$src/.work/venv # the tests' Python tools (scripts/deps.sh), not copied
 
 caught=0 missed=0 broken=0
 for patch in "$src"/test/mutants/*.patch; do
