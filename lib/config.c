@@ -512,19 +512,22 @@ static int apply(struct config *cfg, const struct setting *s, const char *value,
 }
 
 void config_kafka_add(struct kafka_prop **props, size_t *n, const char *name, const char *value,
-                      const char *origin)
+                      const char *origin, const char *file)
 {
     for (size_t i = 0; i < *n; i++) {
         if (strcmp((*props)[i].name, name) == 0) {
             free((*props)[i].value);
             free((*props)[i].origin);
+            free((*props)[i].file);
             (*props)[i].value = xstrdup(value);
             (*props)[i].origin = xstrdup(origin);
+            (*props)[i].file = file ? xstrdup(file) : NULL;
             return;
         }
     }
     *props = xrealloc(*props, (*n + 1) * sizeof(**props));
-    (*props)[(*n)++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin)};
+    (*props)[(*n)++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin),
+                                           file ? xstrdup(file) : NULL};
 }
 
 void config_kafka_free(struct kafka_prop *props, size_t n)
@@ -533,22 +536,75 @@ void config_kafka_free(struct kafka_prop *props, size_t n)
         free(props[i].name);
         free(props[i].value);
         free(props[i].origin);
+        free(props[i].file);
     }
     free(props);
+}
+
+/* A property's value now: its file's content when it came from one. Caller frees. */
+static char *kafka_prop_current(const struct kafka_prop *p)
+{
+    if (!p->file)
+        return xstrdup(p->value);
+    char err[512];
+    char *v = config_read_secret(p->file, p->origin, err, sizeof(err));
+    if (!v) {
+        log_warn("%s (the value read before is used)", err);
+        return xstrdup(p->value);
+    }
+    return v;
 }
 
 int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen)
 {
     char kerr[512];
-    for (size_t i = 0; i < n; i++)
-        if (rd_kafka_conf_set(conf, props[i].name, props[i].value, kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK)
+    for (size_t i = 0; i < n; i++) {
+        char *value = kafka_prop_current(&props[i]);
+        rd_kafka_conf_res_t res = rd_kafka_conf_set(conf, props[i].name, value, kerr, sizeof(kerr));
+        free(value);
+        if (res != RD_KAFKA_CONF_OK)
             return set_err(err, errlen, "%s: %s", props[i].origin, kerr);
+    }
     return 0;
 }
 
-static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin)
+char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n)
 {
-    config_kafka_add(&cfg->kafka, &cfg->n_kafka, name, value, origin);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    int any = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!props[i].file)
+            continue;
+        char *value = kafka_prop_current(&props[i]);
+        strbuf_printf(&sb, "%s=%zu:%s\n", props[i].name, strlen(value), value);
+        free(value);
+        any = 1;
+    }
+    if (!any) {
+        strbuf_destroy(&sb);
+        return NULL;
+    }
+    return sb.buf;
+}
+
+char *config_current_dsn(const char *dsn, const char *file, const char *origin)
+{
+    if (!file)
+        return xstrdup(dsn);
+    char err[512];
+    char *v = config_read_secret(file, origin, err, sizeof(err));
+    if (!v) {
+        log_warn("%s (the DSN read before is used)", err);
+        return xstrdup(dsn);
+    }
+    return v;
+}
+
+static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin,
+                      const char *file)
+{
+    config_kafka_add(&cfg->kafka, &cfg->n_kafka, name, value, origin, file);
 }
 
 /* Reads a NAME_FILE secret: whole file, one trailing newline removed. */
@@ -637,6 +693,7 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
     int rc = 0;
 
     /* NAME_FILE: the value is a path to read. */
+    char *file = NULL;
     if (n > 5 && strcmp(name + n - 5, "_FILE") == 0) {
         name[n - 5] = '\0';
         n -= 5;
@@ -648,7 +705,7 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
                 rc = -1;
                 goto out;
             }
-            free(value);
+            file = value;
             value = secret;
         } else {
             name[n] = '_';
@@ -659,13 +716,17 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
     const struct setting *s = find_env(name, n);
     if (s) {
         rc = apply(cfg, s, value, name, err, errlen);
+        if (rc == 0 && s->offset == OFF(pg_dsn)) { /* read again at each reconnect */
+            free(cfg->pg_dsn_file);
+            cfg->pg_dsn_file = file ? xstrdup(file) : NULL;
+        }
     } else if (strncmp(name, "OUTBOX_KAFKA_", 13) == 0 && name[13]) {
         if (config_is_service_link(name)) {
             log_warn("ignoring %s: looks like a Kubernetes service link variable "
                      "(set enableServiceLinks: false on the pod)", name);
         } else {
             char *prop = config_kafka_name(name + 13);
-            add_kafka(cfg, prop, value, name);
+            add_kafka(cfg, prop, value, name, file);
             free(prop);
         }
     } else {
@@ -677,6 +738,7 @@ static int load_env_var(struct config *cfg, const char *var, char *err, size_t e
 out:
     free(name);
     free(value);
+    free(file);
     return rc;
 }
 
@@ -812,7 +874,7 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             char *prop = xstrndup(value, (size_t)(peq - value));
             char origin[300];
             snprintf(origin, sizeof(origin), "--kafka %s", prop);
-            add_kafka(cfg, prop, peq + 1, origin);
+            add_kafka(cfg, prop, peq + 1, origin, NULL);
             free(prop);
             continue;
         }
@@ -821,6 +883,10 @@ int config_load(struct config *cfg, char **envp, int argc, char **argv, char *er
             return set_err(err, errlen, "unknown flag '%s' (see --help)", flag);
         if (apply(cfg, s, value, flag, err, errlen) != 0)
             return -1;
+        if (s->offset == OFF(pg_dsn)) { /* the flag wins over OUTBOX_PG_DSN_FILE */
+            free(cfg->pg_dsn_file);
+            cfg->pg_dsn_file = NULL;
+        }
     }
 
     if (strcmp(cfg->command, "requeue") == 0 &&
@@ -894,6 +960,8 @@ void config_destroy(struct config *cfg)
     config_kafka_free(cfg->kafka, cfg->n_kafka);
     cfg->kafka = NULL;
     cfg->n_kafka = 0;
+    free(cfg->pg_dsn_file);
+    cfg->pg_dsn_file = NULL;
     free(cfg->command);
     cfg->command = NULL;
     free(cfg->requeue_id);

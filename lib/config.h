@@ -13,10 +13,13 @@ struct kafka_prop {
     char *name;  /* librdkafka property, e.g. "bootstrap.servers" */
     char *value;
     char *origin; /* "OUTBOX_KAFKA_..." or "--kafka" (for error messages) */
+    char *file;   /* the <NAME>_FILE it was read from, or NULL: read again whenever a client
+                   * is made (a rotated secret is picked up when the client is recreated) */
 };
 
 struct config {
     char *pg_dsn;
+    char *pg_dsn_file; /* OUTBOX_PG_DSN_FILE's path, or NULL: read again at each reconnect */
     char *table;
     char *topic_template;
     char *topic_allow; /* comma-separated glob patterns; "" = any name not starting with '_' */
@@ -108,11 +111,20 @@ int config_is_service_link(const char *name);
 char *config_kafka_name(const char *suffix);
 
 /* librdkafka properties as settings hold them: add (a later one of the same name replaces
- * it), free, and apply to a configuration (0, or -1 with err naming the property's origin). */
+ * it; file: the NAME_FILE path the value came from, or NULL), free, and apply to a
+ * configuration (0, or -1 with err naming the property's origin). Apply reads a property
+ * that came from a file again, so that a client made after the secret was rotated uses the
+ * new one (an unreadable file: the value read before, with a warning). */
 void config_kafka_add(struct kafka_prop **props, size_t *n, const char *name, const char *value,
-                      const char *origin);
+                      const char *origin, const char *file);
 void config_kafka_free(struct kafka_prop *props, size_t n);
 int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen);
+/* The current contents of the properties read from files, as one string to compare with an
+ * earlier one (caller frees); NULL when no property comes from a file. */
+char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n);
+/* The DSN to connect with: the file's current content when file is set (a rotated secret;
+ * an unreadable file: dsn, with a warning naming origin), else dsn. Caller frees. */
+char *config_current_dsn(const char *dsn, const char *file, const char *origin);
 
 void config_print_help(FILE *out);
 /* Prints the settings table as Markdown (the README's configuration reference). */

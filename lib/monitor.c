@@ -313,6 +313,8 @@ struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
              cfg->statement_timeout_ms);
     static const struct pgconn_callbacks cb = {monitor_ready, monitor_lost, NULL};
     mon->conn = pgconn_new(loop, "monitor", cfg->pg_dsn, setup, cfg->reconnect_max_ms, &cb, mon);
+    if (cfg->pg_dsn_file)
+        pgconn_set_dsn_file(mon->conn, cfg->pg_dsn_file, "OUTBOX_PG_DSN_FILE");
     ev_timer_init(&mon->stats_timer, stats_timer_cb, STATS_INTERVAL_S, STATS_INTERVAL_S);
     mon->stats_timer.data = mon;
     ev_timer_init(&mon->purge_timer, purge_timer_cb, 1.0, PURGE_INTERVAL_S);

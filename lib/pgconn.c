@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "config.h"
 #include "dsn.h"
 #include "log.h"
 #include "util.h"
@@ -32,6 +33,8 @@ struct pgconn {
     struct ev_loop *loop;
     char *name;
     char *dsn;
+    char *dsn_file;   /* read again before each connect, or NULL */
+    char *dsn_origin; /* its setting, for messages */
     char *setup_sql;
     struct pgconn_callbacks cb;
     void *ctx;
@@ -245,8 +248,36 @@ static void arm_host_timer(struct pgconn *pg)
     ev_timer_start(pg->loop, &pg->timer);
 }
 
+void pgconn_set_dsn_file(struct pgconn *pg, const char *path, const char *origin)
+{
+    free(pg->dsn_file);
+    free(pg->dsn_origin);
+    pg->dsn_file = path ? xstrdup(path) : NULL;
+    pg->dsn_origin = xstrdup(origin ? origin : "the DSN file");
+}
+
+/* A DSN file whose content changed since the last attempt (a rotated password): connect
+ * with the new one from now on. */
+static void reread_dsn(struct pgconn *pg)
+{
+    if (!pg->dsn_file)
+        return;
+    char *dsn = config_current_dsn(pg->dsn, pg->dsn_file, pg->dsn_origin);
+    if (strcmp(dsn, pg->dsn) == 0) {
+        free(dsn);
+        return;
+    }
+    log_info("pg %s: %s changed: connecting with its new content", pg->name, pg->dsn_origin);
+    free(pg->dsn);
+    pg->dsn = dsn;
+    hostlist_destroy(&pg->hosts);
+    hostlist_init(&pg->hosts, pg->dsn);
+    pg->first_host = 0;
+}
+
 static void start_connect(struct pgconn *pg)
 {
+    reread_dsn(pg);
     /* Settings before dbname are defaults the DSN may override; those after it are forced:
      * the relay needs a primary. */
     const char *k[12] = {"fallback_application_name", "keepalives", "keepalives_idle",
@@ -338,6 +369,8 @@ void pgconn_free(struct pgconn *pg)
     pgconn_stop(pg);
     free(pg->name);
     free(pg->dsn);
+    free(pg->dsn_file);
+    free(pg->dsn_origin);
     free(pg->setup_sql);
     hostlist_destroy(&pg->hosts);
     free(pg);

@@ -30,6 +30,9 @@ struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *ds
                           const char *setup_sql, int reconnect_max_ms,
                           const struct pgconn_callbacks *cb, void *ctx);
 void pgconn_free(struct pgconn *pg);
+/* The DSN comes from a file (origin: the setting, for messages): it is read again before
+ * each connection attempt, so a rotated password is used from the next reconnect on. */
+void pgconn_set_dsn_file(struct pgconn *pg, const char *path, const char *origin);
 
 void pgconn_start(struct pgconn *pg);
 /* Closes the connection and stops reconnecting (shutdown). */

@@ -28,6 +28,7 @@ struct sink {
     uint64_t partition_changes;
     long long max_message_bytes; /* the producer's message.max.bytes, read when it is made */
     int fatal_reported;
+    char *secrets_seen; /* the file-read Kafka properties when the producer was made, or NULL */
     struct topic_handle *handles; /* open addressing by name; cap a power of two or 0 */
     size_t n_handles, cap_handles;
 };
@@ -177,6 +178,18 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     struct sink *sk = opaque;
     if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
         log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
+        /* a secret read from a file (OUTBOX_KAFKA_SASL_PASSWORD_FILE) that changed since the
+         * producer was made: a rotated password. Recreate the producer, which reads it anew
+         * (librdkafka keeps retrying with the old one otherwise). */
+        char *now = sk->secrets_seen ? config_kafka_file_snapshot(sk->cfg->kafka, sk->cfg->n_kafka) : NULL;
+        int changed = now && strcmp(now, sk->secrets_seen) != 0;
+        free(now);
+        if (changed && !sk->fatal_reported) {
+            log_info("kafka: a Kafka setting read from a file changed since the producer was made: "
+                     "recreating the producer with it");
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, "authentication failed, and the credentials file changed");
+        }
         return;
     }
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -241,6 +254,8 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     rd_kafka_conf_set(conf, "queue.buffering.max.messages", qmax, kerr, sizeof(kerr));
     snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight_bytes / 1024);
     rd_kafka_conf_set(conf, "queue.buffering.max.kbytes", qmax, kerr, sizeof(kerr));
+    free(sk->secrets_seen); /* taken before they are read: a change in between recreates once more */
+    sk->secrets_seen = config_kafka_file_snapshot(sk->cfg->kafka, sk->cfg->n_kafka);
     if (config_kafka_apply(conf, sk->cfg->kafka, sk->cfg->n_kafka, err, errlen) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -291,6 +306,7 @@ struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
     if (!sk->rk) {
         close(sk->wake[0]);
         close(sk->wake[1]);
+        free(sk->secrets_seen);
         free(sk);
         return NULL;
     }
@@ -453,6 +469,7 @@ void sink_free(struct sink *sk)
     for (size_t i = 0; i < sk->n_parts; i++)
         free(sk->parts[i].topic);
     free(sk->parts);
+    free(sk->secrets_seen);
     free(sk);
 }
 

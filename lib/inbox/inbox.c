@@ -56,6 +56,8 @@ struct inbox {
     char *apply_sql, *fail_sql, *function, *retention_sql;
     int prepared; /* apply_sql is prepared on this connection */
     rd_kafka_t *consumer, *producer;
+    char *kafka_secrets_seen; /* the file-read Kafka settings when the clients were made, or NULL */
+    int kafka_recreate;       /* an authentication failure after such a file changed */
     struct http *http;
     int64_t last_publish, last_retention;
     long kill_after_commit; /* test builds: SIGKILL after the commit reaching this many messages */
@@ -79,7 +81,12 @@ static const double handler_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 
 PGconn *inbox_connect(const struct inbox_config *cfg)
 {
-    return pgconn_connect_blocking(cfg->pg_dsn, "outbox-inbox", 0); /* the handler may rely on the role's search_path */
+    /* INBOX_PG_DSN_FILE is read again for every connection: a rotated password is used from
+     * the next reconnect on; the handler may rely on the role's search_path (not pinned) */
+    char *dsn = config_current_dsn(cfg->pg_dsn, cfg->pg_dsn_file, "INBOX_PG_DSN_FILE");
+    PGconn *conn = pgconn_connect_blocking(dsn, "outbox-inbox", 0);
+    free(dsn);
+    return conn;
 }
 
 int inbox_migrate(PGconn *conn, const struct inbox_config *cfg, char *err, size_t errlen)
@@ -405,11 +412,21 @@ static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const ch
 
 static void kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void)opaque;
-    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION)
-        log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
-    else
+    struct inbox *ib = opaque;
+    if (err != RD_KAFKA_RESP_ERR__AUTHENTICATION) {
         log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+        return;
+    }
+    log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
+    /* a secret read from a file (INBOX_KAFKA_SASL_PASSWORD_FILE) changed since the clients
+     * were made: a rotated password; the loop makes them again, reading it anew */
+    char *now = ib->kafka_secrets_seen ? config_kafka_file_snapshot(ib->cfg->kafka, ib->cfg->n_kafka) : NULL;
+    if (now && strcmp(now, ib->kafka_secrets_seen) != 0 && !ib->kafka_recreate) {
+        log_info("kafka: a Kafka setting read from a file changed since the consumer was made: "
+                 "making the consumer again with it");
+        ib->kafka_recreate = 1;
+    }
+    free(now);
 }
 
 /* Consumer lag per partition from librdkafka's statistics (served on the loop's poll). */
@@ -492,6 +509,9 @@ static int has_prop(const struct inbox_config *cfg, const char *name)
 
 static int make_kafka(struct inbox *ib, char *err, size_t errlen)
 {
+    free(ib->kafka_secrets_seen); /* taken before they are read: a change in between recreates once more */
+    ib->kafka_secrets_seen = config_kafka_file_snapshot(ib->cfg->kafka, ib->cfg->n_kafka);
+    ib->kafka_recreate = 0;
     rd_kafka_conf_t *conf = kafka_conf(ib, err, errlen);
     if (!conf)
         return -1;
@@ -533,6 +553,24 @@ static int make_kafka(struct inbox *ib, char *err, size_t errlen)
         return set_err(err, errlen, "kafka: cannot create the dead-letter producer: %s", kerr);
     }
     return 0;
+}
+
+/* Destroys the consumer and the dead-letter producer and makes them again (a rotated
+ * secret). The consumer never authenticated, so it is destroyed without the close (which
+ * would wait for a group it cannot reach); offsets stored since the last commit are
+ * delivered again and counted as duplicates. */
+static int remake_kafka(struct inbox *ib, char *err, size_t errlen)
+{
+    if (ib->consumer) {
+        rd_kafka_destroy_flags(ib->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        ib->consumer = NULL;
+    }
+    if (ib->producer) {
+        rd_kafka_destroy(ib->producer);
+        ib->producer = NULL;
+    }
+    ib->n_lags = ib->assigned = 0;
+    return make_kafka(ib, err, errlen);
 }
 
 /* ---------------------------------------------------------------- one message */
@@ -931,6 +969,11 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     rd_kafka_message_t *batch[INBOX_BATCH_MAX];
     struct incoming *in = xcalloc(INBOX_BATCH_MAX, sizeof(*in));
     while (!*stop) {
+        if (ib->kafka_recreate && remake_kafka(ib, err, sizeof(err)) != 0) {
+            log_error("%s", err);
+            code = 2;
+            break;
+        }
         publish(ib, 0);
         retention(ib);
         /* a batch: what the consumer has ready, up to INBOX_BATCH_SIZE, waiting only for the first */
@@ -976,6 +1019,7 @@ out:
     free(ib->fail_sql);
     free(ib->function);
     free(ib->retention_sql);
+    free(ib->kafka_secrets_seen);
     free(ib);
     return code;
 }

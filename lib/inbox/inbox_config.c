@@ -101,16 +101,18 @@ static int load_env(struct inbox_config *cfg, const char *var, char *err, size_t
     char *value = xstrdup(eq + 1);
     size_t n = strlen(name);
     int rc = 0;
+    char *file = NULL; /* the NAME_FILE path: read again when a connection or client is made */
     if (n > 5 && strcmp(name + n - 5, "_FILE") == 0) {
         name[n - 5] = '\0';
         if (find(name) || strncmp(name, "INBOX_KAFKA_", 12) == 0) {
             char origin[300];
             snprintf(origin, sizeof(origin), "%s_FILE", name);
             char *secret = config_read_secret(value, origin, err, errlen);
-            free(value);
+            file = value;
             value = secret;
             if (!value) {
                 free(name);
+                free(file);
                 return -1;
             }
         } else {
@@ -120,12 +122,16 @@ static int load_env(struct inbox_config *cfg, const char *var, char *err, size_t
     const struct setting *s = find(name);
     if (s) {
         rc = apply(cfg, s, value, err, errlen);
+        if (rc == 0 && s->off == OFF(pg_dsn)) {
+            free(cfg->pg_dsn_file);
+            cfg->pg_dsn_file = file ? xstrdup(file) : NULL;
+        }
     } else if (strncmp(name, "INBOX_KAFKA_", 12) == 0 && name[12]) {
         if (config_is_service_link(name)) {
             log_warn("ignoring %s: looks like a Kubernetes service link variable", name);
         } else {
             char *prop = config_kafka_name(name + 12);
-            config_kafka_add(&cfg->kafka, &cfg->n_kafka, prop, value, name);
+            config_kafka_add(&cfg->kafka, &cfg->n_kafka, prop, value, name, file);
             free(prop);
         }
     }
@@ -138,6 +144,7 @@ static int load_env(struct inbox_config *cfg, const char *var, char *err, size_t
     }
     free(name);
     free(value);
+    free(file);
     return rc;
 }
 
@@ -249,6 +256,7 @@ void inbox_config_destroy(struct inbox_config *cfg)
             *str_of(cfg, &settings[i]) = NULL;
         }
     config_kafka_free(cfg->kafka, cfg->n_kafka);
+    free(cfg->pg_dsn_file);
     for (int i = 0; i < cfg->n_key_parts; i++)
         free(cfg->key_parts[i].name);
     free(cfg->command);

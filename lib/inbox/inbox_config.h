@@ -20,6 +20,7 @@ struct inbox_key_part {
 
 struct inbox_config {
     char *pg_dsn;
+    char *pg_dsn_file; /* INBOX_PG_DSN_FILE's path, or NULL: read again at each reconnect */
     char *topics;            /* "a,b,c" or "^regex" */
     char *handler;           /* [schema.]function taking (uuid, text, text, jsonb, jsonb) */
     char *name;              /* the inbox's handler column; default: the handler's name */

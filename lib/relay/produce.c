@@ -25,6 +25,13 @@ enum failure_reason produce_classify(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
     case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE: /* the topic's compression.type */
         return FAILURE_TOPIC;
+#if RD_KAFKA_VERSION >= 0x020400ff
+    /* librdkafka 2.4.0 and later (KIP-467): when the broker names the culprit records of a
+     * batch, they fail with INVALID_RECORD (the row's) and the rest of the batch with this
+     * one — theirs is no fault of their own, so they are retried as transient failures */
+    case RD_KAFKA_RESP_ERR__INVALID_DIFFERENT_RECORD:
+        return FAILURE_TRANSIENT;
+#endif
     case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
     case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
     case RD_KAFKA_RESP_ERR__FATAL:

@@ -226,6 +226,11 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
         r->listener = pgconn_new(loop, "listen", cfg->pg_dsn, r->sql.listen_setup,
                                  cfg->reconnect_max_ms, &listen_cb, r);
     }
+    if (cfg->pg_dsn_file) { /* a rotated password is used from the next reconnect on */
+        pgconn_set_dsn_file(r->worker, cfg->pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+        if (r->listener)
+            pgconn_set_dsn_file(r->listener, cfg->pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    }
     r->monitor = monitor_new(loop, cfg, &r->sql, &r->m);
     r->fail_log.every_ms = 60000;
 

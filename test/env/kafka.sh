@@ -19,6 +19,10 @@
 #                               (SCRAM-SHA-512; USER created at format time with the
 #                               password in PASSWORD_FILE; PEM holds the server's PKCS#8
 #                               key and certificate chain); brokers talk PLAINTEXT on PORT+2
+#   kafka.sh scram DIR USER PASSWORD_FILE
+#                               sets USER's SCRAM-SHA-512 password on a secure node to the one
+#                               in PASSWORD_FILE (through its PLAINTEXT listener); connections
+#                               already logged in stay so until they reconnect
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # KAFKA_VERSION picks another broker release (its jars cached apart); the default is the
@@ -175,6 +179,15 @@ PROPS
     wait_node "$dir"
 }
 
+scram() {
+    local dir=$1 user=$2 password port
+    password=$(cat "$3")
+    port=$(cat "$dir/port")
+    java -cp "$jars/*" kafka.admin.ConfigCommand --bootstrap-server "127.0.0.1:$((port + 2))" --alter \
+        --add-config "SCRAM-SHA-512=[iterations=8192,password=$password]" --entity-type users \
+        --entity-name "$user" >"$dir/scram.log" 2>&1 || { cat "$dir/scram.log" >&2; return 1; }
+}
+
 proxied() {
     local dir=$1 port=$2 proxy=$3
     fetch
@@ -217,6 +230,7 @@ kill) stop "$2" KILL ;;
 cluster) cluster "$2" "$3" ;;
 restart) restart "$2" ;;
 secure) secure "$2" "$3" "$4" "$5" "$6" ;;
+scram) scram "$2" "$3" "$4" ;;
 proxied) proxied "$2" "$3" "$4" ;;
 *) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR | cluster DIR PORT | restart DIR" >&2; exit 2 ;;
 esac

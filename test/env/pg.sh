@@ -9,11 +9,21 @@
 # PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark). PG_EXTRA_CONF: more
 # postgresql.conf lines for a new cluster (e.g. "wal_level = logical" for Debezium).
 # initdb and pg_ctl refuse to run as root, so as root they run as the "postgres" user.
+# PG_ROOT=DIR runs the server programs of another Debian root instead (test/env/pg17-root.sh:
+# PostgreSQL 17 from Debian 13), inside it (as root only; the clusters must live under /tmp,
+# which is bound into it); psql stays the host's.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+client=$bin # psql: the host's, which talks to either server
+if [ -n "${PG_ROOT:-}" ]; then
+    bin=/usr/lib/postgresql/17/bin
+fi
 
 as_owner() {
-    if [ "$(id -u)" = 0 ]; then
+    if [ -n "${PG_ROOT:-}" ]; then
+        unshare --mount --propagation private sh "$here/pg-root-run.sh" "$PG_ROOT" "$@"
+    elif [ "$(id -u)" = 0 ]; then
         runuser -u postgres -- "$@"
     else
         "$@"
@@ -45,9 +55,9 @@ CONF
     fi
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
         { tail -20 "$dir/server.log" >&2; return 1; }
-    "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc \
+    "$client/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc \
         "SELECT 1 FROM pg_database WHERE datname='outbox'" | grep -q 1 ||
-        "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE outbox"
+        "$client/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE outbox"
 }
 
 stop() {

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The container image, built by deploy/image.sh (buildah, no registry) and run from its own
 # root filesystem mounted read-only, as the image's user, with nothing of the host's
-# file system: no shell in it, `--version`, `--check-config`, `migrate`, the relay
-# publishing 2,000 rows (checked in Kafka), its `healthcheck`, outbox-inbox and
-# outbox-tail present, and a clean exit on SIGTERM.
+# file system: no shell in it, under 40 MB, Debian 13's libraries (`--version`: librdkafka
+# 2.8.0 or later, libpq 17), `--check-config`, `migrate`, the relay publishing 2,000 rows
+# (checked in Kafka), its `healthcheck`, outbox-inbox and outbox-tail present, and a clean
+# exit on SIGTERM. The image is the one the *_image tests run (one build per source tree).
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || fail "building and running the image needs root (buildah, mounts, chroot)"
-bash "$RELAYTEST_SRC/deploy/image.sh" >"$WORK/image.out" 2>"$WORK/image.err" ||
+IMAGE_REUSE=1 bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$(image_tag)" >"$WORK/image.out" 2>"$WORK/image.err" ||
     { cat "$WORK/image.err"; fail "deploy/image.sh failed"; }
 cat "$WORK/image.out"
 tag=$(awk '/^IMAGE / { print $2 }' "$WORK/image.out")
 [ -n "$tag" ] || fail "deploy/image.sh printed no IMAGE line"
+size=$(sed -n 's/^IMAGE .* size_bytes=\([0-9]*\) .*/\1/p' "$WORK/image.out")
+[ -n "$size" ] && [ "$size" -lt $((40 * 1024 * 1024)) ] || fail "the image is not under 40 MB: $(cat "$WORK/image.out")"
 bh() { buildah --storage-driver vfs --root "${IMAGE_STORAGE_ROOT:-/var/lib/containers/storage}" "$@"; }
 
 bh inspect --type image "$tag" >"$WORK/inspect.json"
@@ -54,6 +57,12 @@ grep -Eq "^outbox-inbox .*\(librdkafka [0-9]+\.[0-9]+\.[0-9]+, libpq [0-9]+\.[0-
     fail "outbox-inbox --version said: $(cat "$WORK/iv.out")"
 in_image -- --entrypoint /usr/local/bin/outbox-tail --help >"$WORK/tail.out" 2>&1 ||
     grep -qi "usage" "$WORK/tail.out" || fail "outbox-tail in the image: $(cat "$WORK/tail.out")"
+# Debian 13's libraries: librdkafka 2.8.0 or later (SCRAM with Kafka 4.x), libpq 17
+for f in version.out iv.out; do
+    rdk=$(sed -n 's/.*(librdkafka \([0-9.]*\),.*/\1/p' "$WORK/$f") pq=$(sed -n 's/.*, libpq \([0-9]*\)\..*/\1/p' "$WORK/$f")
+    [ "$(printf '%s\n2.8.0\n' "$rdk" | sort -V | head -1)" = 2.8.0 ] || fail "the image links librdkafka '$rdk', not 2.8.0 or later"
+    [ "$pq" = 17 ] || fail "the image links libpq '$pq', not 17"
+done
 log "in the image: $(cat "$WORK/version.out"); $(cat "$WORK/iv.out")"
 
 # migrate from the image, into a fresh database

@@ -32,9 +32,46 @@ fail() {
 cleanup() {
     local pid
     for pid in "${RELAY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    if [ -n "${RELAYTEST_PG17:-}" ] && [ -d "$WORK/pg17" ]; then # the test's PostgreSQL 17
+        bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$WORK/pg17" >/dev/null 2>&1 || true
+    fi
+    if [ -n "${IMAGE_CTR:-}" ]; then
+        image_bh umount "$IMAGE_CTR" >/dev/null 2>&1 || true
+        image_bh rm "$IMAGE_CTR" >/dev/null 2>&1 || true
+    fi
     if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+
+# The container image (deploy/image.sh) of this source tree: its tag names a hash of the
+# tracked files, so the tests that run the image build it once and share it.
+image_bh() { buildah --storage-driver vfs --root "${IMAGE_STORAGE_ROOT:-/var/lib/containers/storage}" "$@"; }
+image_tag() {
+    local h
+    h=$(cd "$RELAYTEST_SRC" && git ls-files -z 2>/dev/null | xargs -0 -r sha1sum 2>/dev/null | sha1sum | cut -c1-12)
+    # outside a git checkout (the mutant suite's copy): a tag of this test's own
+    [ -d "$RELAYTEST_SRC/.git" ] || h="own-$$"
+    echo "outbox-relay:it-$h"
+}
+# RELAYTEST_IMAGE=1: the test runs the image's outbox-relay and outbox-inbox instead of the
+# host build's — from the image's root file system, read-only, as user 10001
+# (test/env/image-run.sh), with the host's /tmp and /etc/hosts bound in as volumes.
+if [ -n "${RELAYTEST_IMAGE:-}" ]; then
+    [ "$(id -u)" = 0 ] || fail "running the image's programs needs root (buildah, mounts, chroot)"
+    IMAGE_REUSE=1 bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$(image_tag)" >"$WORK/image.out" 2>"$WORK/image.err" ||
+        { cat "$WORK/image.err"; fail "deploy/image.sh failed"; }
+    IMAGE_CTR=$(image_bh from --pull=never "$(image_tag)") || fail "buildah from $(image_tag) failed"
+    IMAGE_ROOT=$(image_bh mount "$IMAGE_CTR") || fail "buildah mount failed"
+    chmod 755 "$WORK" # user 10001 reads the test's files
+    mkdir -p "$WORK/image-bin" "$WORK/image-mnt"
+    for prog in outbox-relay outbox-inbox; do
+        printf '#!/bin/sh\nIMAGE_RUN_VOLUMES=1 exec unshare --mount --propagation private sh %s %s %s /usr/local/bin/%s "$@"\n' \
+            "$RELAYTEST_SRC/test/env/image-run.sh" "$WORK/image-mnt" "$IMAGE_ROOT" "$prog" >"$WORK/image-bin/$prog"
+        chmod 755 "$WORK/image-bin/$prog"
+    done
+    RELAYTEST_RELAY_BIN=$WORK/image-bin/outbox-relay RELAYTEST_INBOX_BIN=$WORK/image-bin/outbox-inbox
+    log "the image's programs: $(awk '/^IMAGE / { print $2, $4 }' "$WORK/image.out"), $("$RELAYTEST_RELAY_BIN" --version)"
+fi
 
 psqlc() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "$1"; }
 
@@ -164,11 +201,12 @@ free_port() {
     echo "$p"
 }
 
-# The relay's environment for this test; tests add settings to RELAY_ENV (NAME=value).
+# The relay's environment for this test; tests add settings to RELAY_ENV (NAME=value), and
+# RELAY_DSN_EXTRA to the relay's DSN alone (libpq options the host's psql may not know).
 # Each relay serves HTTP on a free port, remembered as HTTP_PORT_<name>.
 relay_env() {
     RELAY_HTTP_PORT=$(free_port)
-    RELAY_BASE_ENV=(OUTBOX_PG_DSN="${DSN/user=postgres /user=${RELAY_USER:-postgres} }"
+    RELAY_BASE_ENV=(OUTBOX_PG_DSN="${DSN/user=postgres /user=${RELAY_USER:-postgres} }${RELAY_DSN_EXTRA:+ $RELAY_DSN_EXTRA}"
         OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$BOOTSTRAP"
         OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
@@ -466,3 +504,21 @@ for line in open(sys.argv[1]):
     print(key + "\t" + value)
 PY
 }
+
+# RELAYTEST_PG17=1: the test runs on PostgreSQL 17 (Debian 13's, inside the root that
+# test/env/pg17-root.sh makes once under .work/) instead of the shared PostgreSQL 15: a
+# cluster of the test's own becomes its server (RELAYTEST_PG_PORT, RELAYTEST_PG_DIR, DSN),
+# and every cluster it starts through pg.sh is a PostgreSQL 17 one (PG_ROOT). psql, pgbench
+# and the host build's libpq stay version 15: the clients users upgrade last.
+if [ -n "${RELAYTEST_PG17:-}" ]; then
+    [ "$(id -u)" = 0 ] || fail "PostgreSQL 17 runs in a Debian 13 root: needs root (chroot, mounts)"
+    PG_ROOT=$(bash "$RELAYTEST_SRC/test/env/pg17-root.sh" "$RELAYTEST_SRC/.work/pg17-root") ||
+        fail "cannot make the Debian 13 root with PostgreSQL 17"
+    export PG_ROOT
+    chmod 755 "$WORK"
+    RELAYTEST_PG_DIR=$WORK/pg17 RELAYTEST_PG_PORT=$(free_port)
+    pg_start || fail "PostgreSQL 17 did not start"
+    DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$DB"
+    CDSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$CDB"
+    log "PostgreSQL $("$PG_BIN/psql" -X -At "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c 'SHOW server_version') from $PG_ROOT on port $RELAYTEST_PG_PORT"
+fi

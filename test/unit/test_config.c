@@ -72,8 +72,60 @@ static void test_file_secret(void)
     char err[512] = "";
     is_int(load(&cfg, env, argv, err, sizeof(err)), 0, "_FILE loads: %s", err);
     is_str(cfg.pg_dsn, "host=127.0.0.1 password=s3cret", "DSN read from file, newline trimmed");
+    const char *want_file = path;
+    is_str(cfg.pg_dsn_file, want_file, "the file is remembered: read again at each reconnect");
+    char *now = config_current_dsn(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    is_str(now, "host=127.0.0.1 password=s3cret", "unchanged file: the same DSN");
+    free(now);
+    FILE *f = fopen(path, "w");
+    fputs("host=127.0.0.1 password=n3w\n", f);
+    fclose(f);
+    now = config_current_dsn(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    is_str(now, "host=127.0.0.1 password=n3w", "a rotated file: the new DSN");
+    free(now);
+    unlink(path);
+    now = config_current_dsn(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    is_str(now, "host=127.0.0.1 password=s3cret", "an unreadable file: the DSN read before");
+    free(now);
+    config_destroy(&cfg);
+
+    /* a Kafka property from a file: read again whenever a client is made */
+    char kpath[] = "/tmp/outbox-test-kpw-XXXXXX";
+    fd = mkstemp(kpath);
+    ok(write(fd, "old\n", 4) == 4, "password file written");
+    close(fd);
+    char kvar[128];
+    snprintf(kvar, sizeof(kvar), "OUTBOX_KAFKA_SASL_PASSWORD_FILE=%s", kpath);
+    char *kenv[] = {kvar, "OUTBOX_PG_DSN=host=x", NULL};
+    is_int(load(&cfg, kenv, argv, err, sizeof(err)), 0, "Kafka _FILE loads: %s", err);
+    ok(cfg.pg_dsn_file == NULL, "a DSN given directly has no file");
+    char *before = config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
+    ok(before != NULL, "a property read from a file is in the snapshot");
+    f = fopen(kpath, "w");
+    fputs("new\n", f);
+    fclose(f);
+    char *after = config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
+    ok(after && strcmp(before, after) != 0, "the snapshot changes with the file");
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    is_int(config_kafka_apply(conf, cfg.kafka, cfg.n_kafka, err, sizeof(err)), 0, "applied: %s", err);
+    rd_kafka_conf_destroy(conf);
+    free(before);
+    free(after);
+    config_destroy(&cfg);
+    char *plain[] = {"OUTBOX_KAFKA_SASL_PASSWORD=x", NULL};
+    is_int(load(&cfg, plain, argv, err, sizeof(err)), 0, "plain Kafka property loads");
+    ok(config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka) == NULL, "no file, no snapshot");
+    config_destroy(&cfg);
+    f = fopen(path, "w"); /* OUTBOX_PG_DSN_FILE again, and --pg-dsn, which wins */
+    fputs("host=from-file\n", f);
+    fclose(f);
+    char *flag_argv[] = {"outbox-relay", "--pg-dsn", "host=y", NULL};
+    is_int(load(&cfg, env, flag_argv, err, sizeof(err)), 0, "file and flag load: %s", err);
+    is_str(cfg.pg_dsn, "host=y", "the flag wins");
+    ok(cfg.pg_dsn_file == NULL, "and the file is not read again");
     config_destroy(&cfg);
     unlink(path);
+    unlink(kpath);
 }
 
 static void test_service_links_ignored(void)
