@@ -127,7 +127,7 @@ char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n);
 char *config_current_dsn(const char *dsn, const char *file, const char *origin);
 
 void config_print_help(FILE *out);
-/* Prints the settings table as Markdown (the README's configuration reference). */
+/* Prints the settings table as Markdown (docs/CONFIGURATION.md's reference). */
 void config_print_markdown(FILE *out);
 
 #endif

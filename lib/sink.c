@@ -155,7 +155,7 @@ const char *sink_auth_hint(const rd_kafka_conf_t *conf)
         strncmp(mech, "SCRAM", 5) != 0)
         return "";
     return " (if the user and password are right and the brokers run Kafka 4.x: librdkafka "
-           "before 2.6.1 cannot log in with SCRAM to Kafka 4.x brokers; see README "
+           "before 2.6.1 cannot log in with SCRAM to Kafka 4.x brokers; see docs/DEPLOYING.md "
            "\"Secure connections\")";
 }
 

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Rewrites the README's configuration table from `outbox-relay --help-markdown`.
-#   scripts/readme-config.sh [path/to/outbox-relay]
+# Rewrites the generated configuration tables: docs/CONFIGURATION.md's from
+# `outbox-relay --help-markdown`, docs/INBOX.md's from `outbox-inbox --help-markdown`
+# (test/docs_config.sh checks both).
+#   scripts/readme-config.sh [BUILD_DIR]    (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-relay=${1:-build/outbox-relay}
-table=$("$relay" --help-markdown)
-awk -v table="$table" '
-    /<!-- config-table/ { print; print table; skip = 1; next }
-    /<!-- \/config-table -->/ { skip = 0 }
-    !skip { print }
-' README.md >README.md.new
-mv README.md.new README.md
+build=${1:-build}
+# table FILE MARKER PROGRAM: the lines between <!-- MARKER ...--> and <!-- /MARKER --> anew
+table() {
+    local file=$1 marker=$2 text
+    text=$("$3" --help-markdown)
+    awk -v table="$text" -v op="<!-- $marker" -v cl="<!-- /$marker -->" '
+        index($0, op) == 1 { print; print table; skip = 1; next }
+        index($0, cl) == 1 { skip = 0 }
+        !skip { print }
+    ' "$file" >"$file.new"
+    mv "$file.new" "$file"
+}
+table docs/CONFIGURATION.md config-table "$build/outbox-relay"
+table docs/INBOX.md inbox-config-table "$build/outbox-inbox"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The README is the front door and the rest lives in docs/: no section of the README as it
+# was before the split (test/docs-headings.txt, one heading per line) may be lost — each
+# must still be a heading, at any level, in README.md or a file under docs/ — and the
+# README's contents must link every file under docs/.
+#   docs_headings.sh SOURCE_ROOT
+set -uo pipefail
+root=$1
+n=0 failed=0
+headings() { # the Markdown headings of the files, outside code fences, without their #s
+    awk '/^```/ { fence = !fence } !fence && /^#+ / { sub(/^#+ /, ""); print }' "$@"
+}
+all=$(headings "$root/README.md" "$root"/docs/*.md)
+while IFS= read -r h; do
+    [ -n "$h" ] || continue
+    n=$((n + 1))
+    if grep -qxF -- "$h" <<<"$all"; then
+        echo "ok $n - heading kept: $h"
+    else
+        echo "not ok $n - heading lost: $h"
+        failed=1
+    fi
+done <"$root/test/docs-headings.txt"
+for f in "$root"/docs/*.md; do
+    n=$((n + 1))
+    if grep -qF "](docs/$(basename "$f"))" "$root/README.md"; then
+        echo "ok $n - the README links docs/$(basename "$f")"
+    else
+        echo "not ok $n - the README does not link docs/$(basename "$f")"
+        failed=1
+    fi
+done
+echo "1..$n"
+exit $failed
