@@ -85,6 +85,18 @@ static char *expand(const char *sql, const struct placeholders *n)
     return sb.buf;
 }
 
+char *schema_expand(const char *sql, const char *table, const char *payload_type)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(table, &schema_q, &table_q, &name);
+    const struct placeholders names = {schema_q, table_q, name, payload_type};
+    char *out = expand(sql, &names);
+    free(schema_q);
+    free(table_q);
+    free(name);
+    return out;
+}
+
 char *schema_version_query(const char *table)
 {
     char *schema_q, *table_q, *name;

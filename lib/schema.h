@@ -23,6 +23,10 @@ extern const int schema_file_count;
 /* The version this build expects (the highest migration it carries). */
 int schema_version(void);
 
+/* A migration's SQL with its placeholders filled in for the table: @SCHEMA@ and @TABLE@ (quoted),
+ * @NAME@ (the bare name), @PAYLOAD_TYPE@. Pure; caller frees. */
+char *schema_expand(const char *sql, const char *table, const char *payload_type);
+
 /* Splits "schema.name" (or "name", schema public) into quoted parts. Caller frees all three. */
 void schema_names(const char *table, char **schema_q, char **table_q, char **name);
 
