@@ -6,15 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-500000}
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 . scripts/common.sh
-common_setup
-relay=
-trap '[ -n "$relay" ] && kill $relay 2>/dev/null; servers_stop' EXIT
-servers_start
-dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
-psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
-OUTBOX_PG_DSN=$dsn ./build/outbox-relay migrate >/dev/null 2>&1
+common_bench
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'audit', 'k' || (g % 10000), 'Updated', jsonb_build_object('n', g, 'pad', repeat('x', 1000))
        FROM generate_series(1, $events) g"
@@ -22,10 +15,10 @@ export OUTBOX_PG_DSN=$dsn OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$RELAYTEST_KA
 work=$(mktemp -d)
 ./build/outbox-relay >"$work/relay.log" 2>&1 &
 relay=$!
+BENCH_PIDS+=("$relay")
 until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status = 'PENDING'")" = 0 ]; do sleep 1; done
 kill -TERM "$relay"
 wait "$relay" || true
-relay=
 start=$(date +%s.%N)
 /usr/bin/time -f "%M" -o "$work/rss" ./build/outbox-relay audit --json >"$work/audit.json" 2>"$work/audit.log" || {
     tail -5 "$work/audit.log"

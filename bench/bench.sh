@@ -44,7 +44,6 @@ elif [ $quick = 1 ]; then
 else
     N=1000000 GROWTH=3000000 LAT_S=60 WRITER_S=20 IDLE_S=60 REPEATS=3
 fi
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 out=${out:-$(mktemp -d /tmp/outbox-bench.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -29,7 +29,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--rows N] [--rounds R] [--out DIR]" >&2; exit 2 ;;
     esac
 done
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 out=${out:-$(mktemp -d /tmp/outbox-debezium-bench.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s debezium-bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -52,27 +51,8 @@ bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
 psqlc() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$dsn" -c "$1"; }
 OUTBOX_PG_DSN=$dsn OUTBOX_LAYOUT=debezium "$relay_bin" migrate >"$out/migrate.log" 2>&1
 
-cat >"$out/connector.properties" <<PROPS
-name=outbox-bench
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port=$RELAYTEST_PG_PORT
-database.user=postgres
-database.password=unused
-database.dbname=dbz
-topic.prefix=bench
-plugin.name=pgoutput
-slot.name=outbox_bench
-publication.name=outbox_bench
-publication.autocreate.mode=filtered
-table.include.list=public.outbox
-snapshot.mode=no_data
-tombstones.on.delete=false
-transforms=outbox
-transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
-transforms.outbox.route.topic.replacement=bench.dbz.\${routedByValue}
-PROPS
+bash test/env/connect.sh outbox-connector outbox-bench "$RELAYTEST_PG_PORT" dbz 'bench.dbz.${routedByValue}' \
+    >"$out/connector.properties"
 
 backlog() { # AGGREGATE_TYPE: N rows in one transaction, as Debezium's writers shape them
     psqlc "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)

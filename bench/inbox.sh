@@ -8,7 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-50000}
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 . scripts/common.sh
 common_setup
 pids=()

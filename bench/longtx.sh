@@ -23,7 +23,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--seconds S] [--rate EPS] [--on-sent mark|delete] [--out DIR]" >&2; exit 2 ;;
     esac
 done
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 out=${out:-$(mktemp -d /tmp/outbox-longtx.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s longtx] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

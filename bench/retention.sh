@@ -6,15 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-1000000} retention=${2:-30s}
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 . scripts/common.sh
-common_setup
-relay=
-trap '[ -n "$relay" ] && kill $relay 2>/dev/null; servers_stop' EXIT
-servers_start
-dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
-psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
-OUTBOX_PG_DSN=$dsn ./build/outbox-relay migrate >/dev/null 2>&1
+common_bench
 psqlc "CREATE TABLE aggregate (id int PRIMARY KEY, version int NOT NULL DEFAULT 0);
        INSERT INTO aggregate SELECT g FROM generate_series(1, 10000) g"
 work=$(mktemp -d)
@@ -29,6 +22,7 @@ SQL
 OUTBOX_PG_DSN=$dsn OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$RELAYTEST_KAFKA_PORT OUTBOX_RETENTION=$retention \
     OUTBOX_HTTP_ADDR= OUTBOX_LOG_LEVEL=warn ./build/outbox-relay >"$work/relay.log" 2>&1 &
 relay=$!
+BENCH_PIDS+=("$relay")
 sample() {
     psqlc "SELECT '$1: events written ' || (SELECT coalesce(max(id), 0) FROM outbox) || ', live rows '
            || (SELECT count(*) FROM outbox) || ', SENT ' || (SELECT count(*) FROM outbox WHERE status = 'SENT')

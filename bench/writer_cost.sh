@@ -20,7 +20,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--seconds S] [--rounds R] [--out DIR] [--variants LIST]" >&2; exit 2 ;;
     esac
 done
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 out=${out:-$(mktemp -d /tmp/outbox-writer-cost.XXXXXX)}
 mkdir -p "$out"
 say() { printf '# [%s writer_cost] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -577,7 +577,7 @@ int audit_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size
     const char *window[2] = {cfg->since, cfg->until};
     char start[64] = "";
     int64_t start_ms = 0, since_ms = 0;
-    int rc = 2;
+    int rc = OUTBOX_EXIT_USAGE; /* it cannot tell, until it can */
     struct strbuf q;
     strbuf_init(&q);
 
@@ -617,12 +617,12 @@ int audit_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size
     log_info("audit: %s: %lld committed, %lld delivered, %lld lost, %lld unverifiable, %lld duplicates, "
              "%lld order violations", cfg->table, r.committed, r.delivered, r.lost, r.unverifiable,
              r.messages - r.delivered, r.order_violations);
-    rc = r.lost || r.order_violations ? 1 : 0;
+    rc = r.lost || r.order_violations ? OUTBOX_EXIT_FAILED : OUTBOX_EXIT_OK;
     if (rc)
         set_err(err, errlen, "%lld row%s marked SENT in no partition, %lld first deliver%s out of its key's "
                 "order", r.lost, r.lost == 1 ? "" : "s", r.order_violations, r.order_violations == 1 ? "y" : "ies");
 out:
-    if (rc == 2 && PQtransactionStatus(conn) != PQTRANS_IDLE)
+    if (rc == OUTBOX_EXIT_USAGE && PQtransactionStatus(conn) != PQTRANS_IDLE)
         PQclear(PQexec(conn, "ROLLBACK"));
     PQclear(PQexec(conn, "DROP TABLE IF EXISTS pg_temp.outbox_audit_seen, pg_temp.outbox_audit_rows,"
                          " pg_temp.outbox_audit_first"));

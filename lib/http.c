@@ -126,17 +126,17 @@ int http_healthcheck(const char *addr, const char *setting)
 {
     if (!addr[0]) {
         log_error("healthcheck: %s is empty, so there is no /healthz to ask", setting);
-        return 2;
+        return OUTBOX_EXIT_USAGE;
     }
     char err[512];
     int status = http_probe(addr, "/healthz", 3000, err, sizeof(err));
     if (status == 200)
-        return 0;
+        return OUTBOX_EXIT_OK;
     if (status < 0)
         log_error("healthcheck: %s", err);
     else
         log_error("healthcheck: /healthz answered %d", status);
-    return 1;
+    return OUTBOX_EXIT_FAILED;
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,

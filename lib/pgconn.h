@@ -56,13 +56,13 @@ const char *pgconn_sqlstate(const PGresult *res);
 void pgconn_error_line(const PGresult *res, char *buf, size_t len);
 /* First line of a connection's error message (libpq's are multi-line). */
 void pgconn_conn_error_line(const PGconn *conn, char *buf, size_t len);
-/* Blocking, for the command-line commands only (never on the relay's loop): runs sql
- * (PQexec when nparams is 0, so it may hold several statements) and returns its result,
- * or NULL with err set to the first line of the error. */
 /* Blocking, for the commands and outbox-inbox: connects to a primary (connect_timeout 10 s
  * and the fallback application name unless the DSN says otherwise), optionally pinning
  * the search_path. NULL on failure, logged with the DSN's secrets redacted. */
 PGconn *pgconn_connect_blocking(const char *dsn, const char *application, int pin_search_path);
+/* Blocking, for the command-line commands only (never on the relay's loop): runs sql
+ * (PQexec when nparams is 0, so it may hold several statements) and returns its result,
+ * or NULL with err set to the first line of the error. */
 PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       char *err, size_t errlen);
 

@@ -122,7 +122,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
         res = NULL;
         if (n > GUARD_ROWS) {
             set_err(err, errlen, "the window holds more than %d SENT rows: give --limit N", GUARD_ROWS);
-            rc = 2;
+            rc = OUTBOX_EXIT_USAGE;
             goto out;
         }
         strbuf_reset(&q);
@@ -249,7 +249,7 @@ int replay_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, siz
     else
         fprintf(out, "replayed %lld of %lld SENT row%s (ids %lld..%lld), %lld failed\n", rp.delivered,
                 selected, selected == 1 ? "" : "s", first_id, last_id, rp.failed);
-    rc = rp.failed || rp.fatal ? 1 : 0;
+    rc = rp.failed || rp.fatal ? OUTBOX_EXIT_FAILED : OUTBOX_EXIT_OK;
     if (rc)
         set_err(err, errlen, "%lld of %lld rows were not delivered", rp.failed, selected);
 out:
@@ -264,5 +264,5 @@ out:
     free(schema_q);
     free(t);
     free(name);
-    return rc == -1 ? 1 : rc;
+    return rc == -1 ? OUTBOX_EXIT_FAILED : rc;
 }

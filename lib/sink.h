@@ -54,8 +54,6 @@ uint64_t sink_partition_changes(const struct sink *sk);
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);
 
-/* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
- * 0 when it answers, 1 otherwise; both logged. */
 /* Words added to a Kafka authentication failure: librdkafka before 2.6.1 cannot log in
  * with SCRAM to Kafka 4.x brokers (it doubles the nonce in its final message, which 4.x
  * refuses as RFC 5802 asks), so a right password is refused there. "" when that cannot be
@@ -65,6 +63,8 @@ const char *sink_auth_hint(const rd_kafka_conf_t *conf);
  * with a SCRAM mechanism, that Kafka 4.x brokers will refuse the login. */
 void sink_warn_old_scram(const rd_kafka_conf_t *conf);
 
+/* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
+ * 0 when it answers, 1 otherwise; both logged. */
 int sink_check_reachable(const struct kafka_prop *props, size_t n);
 
 #ifdef OUTBOX_TEST_HOOKS

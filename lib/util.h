@@ -3,6 +3,20 @@
 #ifndef OUTBOX_UTIL_H
 #define OUTBOX_UTIL_H
 
+/* The programs' exit statuses (README "Running it"), one meaning each wherever a program or
+ * command ends. */
+enum outbox_exit {
+    OUTBOX_EXIT_OK = 0,     /* done; a clean shutdown; audit: nothing lost */
+    OUTBOX_EXIT_FAILED = 1, /* could not do it: the schema missing or at another version, a
+                             * server unreachable (--check-config, the commands), a command
+                             * failed, a second signal; audit: a row lost or out of order;
+                             * healthcheck: not healthy */
+    OUTBOX_EXIT_USAGE = 2,  /* an invalid setting or argument, or a setup the relay refuses (a
+                             * pooler in transaction mode, a producer it cannot create); audit:
+                             * it cannot tell; replay: a window too large without --limit;
+                             * healthcheck: no endpoint configured */
+};
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -14,9 +14,14 @@
 #                                         (nothing printed, a message on stderr) when the
 #                                         scrape fails or NAME is not exported
 #   median                                the median of the numbers on stdin, one per line
+#   common_bench                          what a benchmark does first: common_setup, the
+#                                         servers (stopped, and every pid in BENCH_PIDS
+#                                         killed, when the script exits), the outbox table
+#                                         migrated in their database; sets dsn and psqlc
 _common_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$_common_here/servers.sh"
-COMMON_PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin} # the client tools (psql, pgbench) of every script
+COMMON_PG_BIN=$PG_BIN
 
 common_setup() {
     local build=${1:-build} type=${2:-release}
@@ -67,3 +72,13 @@ metric_at() {
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+common_bench() {
+    common_setup
+    BENCH_PIDS=()
+    trap 'for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; servers_stop' EXIT
+    servers_start
+    dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
+    psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
+    OUTBOX_PG_DSN=$dsn ./build/outbox-relay migrate >/dev/null 2>&1
+}

@@ -4,12 +4,21 @@
 # RELAYTEST_KAFKA_PORT, RELAYTEST_KAFKA_DIR; `servers_stop` removes everything.
 _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-_free_port() { # first port from $1 whose port and port+1 are both free
-    local p=$1
-    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; do
+# free_ports N [BASE]: a port whose next N-1 ports are free too, below the kernel's
+# ephemeral range (32768-), where an outgoing connection could take one first: the first
+# such from BASE (stepping by 2), or from a random start in 22000-31998. The tests' and the
+# servers' one way to pick ports.
+free_ports() {
+    local n=$1 p=${2:-$((22000 + (RANDOM % 5000) * 2))} i ok
+    while :; do
+        ok=1
+        for ((i = 0; i < n; i++)); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null; then ok=0; break; fi
+        done
+        if [ "$ok" = 1 ] && [ $((p + n)) -le 32768 ]; then echo "$p"; return 0; fi
         p=$((p + 2))
+        [ $((p + n)) -le 32768 ] || p=22000
     done
-    echo "$p"
 }
 
 # Ports are drawn below the kernel's ephemeral range (32768+) so that no outgoing
@@ -20,10 +29,10 @@ servers_start() {
     export RELAYTEST_SERVERS_DIR
     export RELAYTEST_PG_DIR=$RELAYTEST_SERVERS_DIR/pg
     export RELAYTEST_KAFKA_DIR=$RELAYTEST_SERVERS_DIR/kafka
-    RELAYTEST_PG_PORT=$(_free_port "${RELAYTEST_PG_PORT_BASE:-$((16000 + (RANDOM % 3000) * 2))}")
+    RELAYTEST_PG_PORT=$(free_ports 2 "${RELAYTEST_PG_PORT_BASE:-$((16000 + (RANDOM % 3000) * 2))}")
     export RELAYTEST_PG_PORT
     bash "$_here/../test/env/pg.sh" start "$RELAYTEST_PG_DIR" "$RELAYTEST_PG_PORT" || return 1
-    RELAYTEST_KAFKA_PORT=$(_free_port "${RELAYTEST_KAFKA_PORT_BASE:-$((10000 + (RANDOM % 3000) * 2))}")
+    RELAYTEST_KAFKA_PORT=$(free_ports 2 "${RELAYTEST_KAFKA_PORT_BASE:-$((10000 + (RANDOM % 3000) * 2))}")
     export RELAYTEST_KAFKA_PORT
     bash "$_here/../test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT" || return 1
     echo "servers: PostgreSQL on 127.0.0.1:$RELAYTEST_PG_PORT, Kafka on 127.0.0.1:$RELAYTEST_KAFKA_PORT ($RELAYTEST_SERVERS_DIR)" >&2

@@ -28,12 +28,12 @@ static void on_signal(int sig)
     stop = 1;
 }
 
-/* 0 when PostgreSQL answers with the table and handler in place and Kafka answers. */
+/* OK when PostgreSQL answers with the table and handler in place and Kafka answers. */
 static int check_config(const struct inbox_config *cfg)
 {
     PGconn *conn = inbox_connect(cfg);
     if (!conn)
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     char err[1024];
     char *call = NULL;
     int rc = cfg->handler[0] ? inbox_resolve(conn, cfg, &call, err, sizeof(err)) : 0;
@@ -41,26 +41,26 @@ static int check_config(const struct inbox_config *cfg)
     free(call);
     if (rc) {
         log_error("check-config: %s", err);
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     }
     log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
-    return sink_check_reachable(cfg->kafka, cfg->n_kafka);
+    return sink_check_reachable(cfg->kafka, cfg->n_kafka) == 0 ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
 
 static int migrate(const struct inbox_config *cfg)
 {
     PGconn *conn = inbox_connect(cfg);
     if (!conn)
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     char err[1024];
     int rc = inbox_migrate(conn, cfg, err, sizeof(err));
     PQfinish(conn);
     if (rc) {
         log_error("migrate: %s", err);
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     }
     log_info("migrate: the inbox table %s is in place", cfg->table);
-    return 0;
+    return OUTBOX_EXIT_OK;
 }
 
 
@@ -71,9 +71,9 @@ int main(int argc, char **argv)
     if (inbox_config_load(&cfg, environ, argc, argv, err, sizeof(err)) != 0) {
         fprintf(stderr, "outbox-inbox: %s\n", err);
         inbox_config_destroy(&cfg);
-        return 2;
+        return OUTBOX_EXIT_USAGE;
     }
-    int code = 0;
+    int code = OUTBOX_EXIT_OK;
     if (cfg.show_help == 2) {
         inbox_config_print_markdown(stdout);
     } else if (cfg.show_help) {

@@ -48,7 +48,7 @@ static int run(const struct config *cfg)
     struct relay *relay = relay_new(loop, cfg, err, sizeof(err));
     if (!relay) {
         log_error("%s", err);
-        return 2;
+        return OUTBOX_EXIT_USAGE;
     }
     ev_signal sigterm, sigint;
     ev_signal_init(&sigterm, on_signal, SIGTERM);
@@ -63,14 +63,14 @@ static int run(const struct config *cfg)
      * PostgreSQL is unreachable now: the relay then starts and reconnects as always.) A
      * signal during the check is held by the watchers above and handled once the loop runs. */
     char why[256];
-    int code = 0;
+    int code = OUTBOX_EXIT_OK;
     if (pgconn_check_session(cfg->pg_dsn, why, sizeof(why)) == 0) {
         log_error("OUTBOX_PG_DSN leads to a connection pooler in transaction or statement mode "
                   "(%s): the relay needs one PostgreSQL session per connection for LISTEN and "
                   "its leases' advisory locks. Point OUTBOX_PG_DSN at PostgreSQL itself, or at "
                   "a pool in session mode (PgBouncer: pool_mode = session); writers may stay "
                   "on the transaction pool", why);
-        code = 2;
+        code = OUTBOX_EXIT_USAGE;
         goto out;
     }
     relay_start(relay);
@@ -100,25 +100,25 @@ static int migrate(const struct config *cfg)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     char err[1024];
     int applied = 0;
     int rc = schema_migrate(conn, cfg->table, cfg->payload_type, cfg->debezium, &applied, err, sizeof(err));
     PQfinish(conn);
     if (rc != 0) {
         log_error("migrate: %s", err);
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     }
     log_info("migrate: %s is at schema version %d (%d migration%s applied)", cfg->table,
              schema_version(), applied, applied == 1 ? "" : "s");
-    return 0;
+    return OUTBOX_EXIT_OK;
 }
 
 static int admin(const struct config *cfg)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     char err[1024];
     int rc;
     if (strcmp(cfg->command, "status") == 0)
@@ -130,16 +130,16 @@ static int admin(const struct config *cfg)
     PQfinish(conn);
     if (rc != 0) {
         log_error("%s: %s", cfg->command, err);
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     }
-    return 0;
+    return OUTBOX_EXIT_OK;
 }
 
 static int replay(const struct config *cfg)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return 1;
+        return OUTBOX_EXIT_FAILED;
     char err[1024];
     int rc = replay_run(conn, cfg, stdout, err, sizeof(err));
     PQfinish(conn);
@@ -152,7 +152,7 @@ static int audit(const struct config *cfg)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return 2;
+        return OUTBOX_EXIT_USAGE; /* audit: it cannot tell */
     char err[1024];
     int rc = audit_run(conn, cfg, stdout, err, sizeof(err));
     PQfinish(conn);
@@ -162,18 +162,20 @@ static int audit(const struct config *cfg)
 }
 
 
-/* Reaches PostgreSQL and Kafka once: 0 if both answer, 1 otherwise. */
+/* Reaches PostgreSQL and Kafka once: OK if both answer, FAILED otherwise. */
 static int check_config(const struct config *cfg)
 {
-    int rc = 0;
+    int reached = 1;
     PGconn *conn = connect_blocking(cfg);
     if (conn) {
         log_info("check-config: postgres reachable (server %d)", PQserverVersion(conn));
         PQfinish(conn);
     } else {
-        rc = 1;
+        reached = 0;
     }
-    return sink_check_reachable(cfg->kafka, cfg->n_kafka) || rc;
+    if (sink_check_reachable(cfg->kafka, cfg->n_kafka) != 0)
+        reached = 0;
+    return reached ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
 
 int main(int argc, char **argv)
@@ -183,9 +185,9 @@ int main(int argc, char **argv)
     if (config_load(&cfg, environ, argc, argv, err, sizeof(err)) != 0) {
         fprintf(stderr, "outbox-relay: %s\n", err);
         config_destroy(&cfg);
-        return 2;
+        return OUTBOX_EXIT_USAGE;
     }
-    int code = 0;
+    int code = OUTBOX_EXIT_OK;
     if (cfg.show_help == 2) {
         config_print_markdown(stdout);
     } else if (cfg.show_help) {

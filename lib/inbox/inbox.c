@@ -939,10 +939,10 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     ib->kill_after_commit = hook ? atol(hook) : 0;
 #endif
     char err[1024];
-    int code = 0;
+    int code = OUTBOX_EXIT_OK;
     if (cfg->http_addr[0] && !(ib->http = http_new(cfg->http_addr, err, sizeof(err)))) {
         log_error("http: %s", err);
-        code = 2;
+        code = OUTBOX_EXIT_USAGE;
         goto out;
     }
     publish(ib, 1);
@@ -951,13 +951,13 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     ib->pg_reconnects = 0;
     if (inbox_resolve(ib->conn, cfg, &ib->function, err, sizeof(err)) != 0) {
         log_error("%s", err);
-        code = 1;
+        code = OUTBOX_EXIT_FAILED;
         goto out;
     }
     build_statements(ib);
     if (make_kafka(ib, err, sizeof(err)) != 0) {
         log_error("%s", err);
-        code = 2;
+        code = OUTBOX_EXIT_USAGE;
         goto out;
     }
     log_info("inbox: consuming %s in group %s into %s with %s (dedupe key: %s)", cfg->topics,
@@ -971,7 +971,7 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     while (!*stop) {
         if (ib->kafka_recreate && remake_kafka(ib, err, sizeof(err)) != 0) {
             log_error("%s", err);
-            code = 2;
+            code = OUTBOX_EXIT_USAGE;
             break;
         }
         publish(ib, 0);

@@ -272,7 +272,7 @@ void claim_send(struct relay *r)
 {
     struct strbuf ids, paused, parts, held;
     strbuf_init(&parts);
-    int nparts = lease_active_literal(r, &parts);
+    int nparts = lease_activate(r->lease.part, mono_ms(), &parts); /* lease.h: the pure rules */
     if (!nparts) {
         strbuf_destroy(&parts);
         return; /* no partition to publish yet (grace, or none held) */

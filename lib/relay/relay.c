@@ -36,7 +36,7 @@ static void kick(struct relay *r)
         lease_drain_all(r);
         if (lease_all_released(r) || !pgconn_connected(r->worker)) {
             log_info("shutdown: all acknowledged rows marked, leases released; exiting");
-            relay_finish(r, 0);
+            relay_finish(r, OUTBOX_EXIT_OK);
             return;
         }
     }
@@ -85,20 +85,6 @@ static void kick_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
         kick(r);
     }
     ev_prepare_stop(loop, w);
-}
-
-void relay_want_kick(struct relay *r)
-{
-    r->kick_wanted = 1;
-    if (!ev_is_active(&r->kick_prepare))
-        ev_prepare_start(r->loop, &r->kick_prepare);
-}
-
-void relay_finish(struct relay *r, int code)
-{
-    r->exit_code = code;
-    r->mode = MODE_DONE;
-    ev_break(r->loop, EVBREAK_ALL);
 }
 
 static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -156,7 +142,7 @@ static void shutdown_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
     log_warn("shutdown: timed out with %zu deliveries unacknowledged and %zu acknowledged rows "
              "unmarked; they stay PENDING and will be published again",
              r->win.n_state[ROW_PRODUCED], r->win.n_state[ROW_ACKED] + r->win.n_state[ROW_MARKING]);
-    relay_finish(r, 0);
+    relay_finish(r, OUTBOX_EXIT_OK);
 }
 
 void relay_shutdown(struct relay *r)
@@ -164,7 +150,7 @@ void relay_shutdown(struct relay *r)
     r->shutdown_requests++;
     if (r->shutdown_requests > 1) {
         log_warn("shutdown: second signal, exiting at once");
-        _exit(1);
+        _exit(OUTBOX_EXIT_FAILED);
     }
     if (r->mode == MODE_DONE)
         return;

@@ -191,11 +191,10 @@ struct relay {
 #endif
 };
 
-/* relay.c */
+/* worker.c: the loop's worker connection, and what every other file asks of the loop (the
+ * files of this folder call worker.c; relay.c calls them all; nothing calls back up) */
 void relay_want_kick(struct relay *r);
-void relay_finish(struct relay *r, int code);
-
-/* worker.c */
+void relay_finish(struct relay *r, int code); /* code: an enum outbox_exit */
 int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
                 const char *const *params);
 int worker_busy(const struct relay *r);
@@ -242,7 +241,6 @@ void lease_init(struct relay *r);
 void lease_lose_all(struct relay *r, const char *why);
 void lease_check_deadline(struct relay *r);
 int lease_send_next(struct relay *r); /* 0 if a lease statement was sent, -1 if none */
-int lease_active_literal(struct relay *r, struct strbuf *out);
 void lease_drain_all(struct relay *r);
 int lease_all_released(const struct relay *r);
 

@@ -6,6 +6,22 @@
 
 #include "log.h"
 #include "relay_int.h"
+
+/* Asks for the before-sleep kick (relay.c's kick_cb) that moves the relay on. */
+void relay_want_kick(struct relay *r)
+{
+    r->kick_wanted = 1;
+    if (!ev_is_active(&r->kick_prepare))
+        ev_prepare_start(r->loop, &r->kick_prepare);
+}
+
+/* Ends the loop with an exit status (enum outbox_exit). */
+void relay_finish(struct relay *r, int code)
+{
+    r->exit_code = code;
+    r->mode = MODE_DONE;
+    ev_break(r->loop, EVBREAK_ALL);
+}
 #include "schema.h"
 #include "util.h"
 
@@ -94,13 +110,13 @@ static void version_result(struct relay *r, PGresult *res)
                       dbz_table ? "set OUTBOX_LAYOUT=debezium"
                                 : "set OUTBOX_LAYOUT=native, or migrate a Debezium outbox table with "
                                   "OUTBOX_LAYOUT=debezium");
-            relay_finish(r, 1);
+            relay_finish(r, OUTBOX_EXIT_FAILED);
             break;
         }
         if (dbz_table && !PQgetisnull(res, 0, START_CHECK_MISSING_COLUMNS)) {
             log_error("schema: OUTBOX_ADDITIONAL_PLACEMENT names columns that %s does not have: %s",
                       r->cfg->table, PQgetvalue(res, 0, START_CHECK_MISSING_COLUMNS));
-            relay_finish(r, 1);
+            relay_finish(r, OUTBOX_EXIT_FAILED);
             break;
         }
         const char *ptype = PQgetisnull(res, 0, START_CHECK_PAYLOAD_TYPE)
@@ -130,7 +146,7 @@ static void version_result(struct relay *r, PGresult *res)
     }
     case SCHEMA_UNUSABLE:
         log_error("schema: %s", err);
-        relay_finish(r, 1);
+        relay_finish(r, OUTBOX_EXIT_FAILED);
         break;
     case SCHEMA_RETRY:
         break; /* reported as a failed statement; retried after a delay */

@@ -27,9 +27,8 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]" >&2; exit 2 ;;
     esac
 done
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+. "$src/scripts/common.sh" # PG_BIN, and the servers when run alone
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
-    . "$src/scripts/common.sh"
     (cd "$src" && common_setup)
     own_servers=1
     servers_start

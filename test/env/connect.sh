@@ -6,6 +6,12 @@
 #                                           a worker (String converters, offsets in DIR) running
 #                                           the connector; waits until its REST port answers
 #   connect.sh stop DIR                     SIGTERM, then SIGKILL after 20 s
+#   connect.sh outbox-connector NAME PG_PORT DB ROUTE [PLACEMENT]
+#                                           prints the properties of a PostgreSQL connector
+#                                           (pgoutput, a filtered publication and a slot named
+#                                           NAME with '-' as '_', no snapshot) on public.outbox
+#                                           with the outbox event router: topics ROUTE (with
+#                                           ${routedByValue}), headers PLACEMENT
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 jars=${CONNECT_JARS:-$HOME/.cache/outbox-relay/connect-jars}
@@ -19,18 +25,14 @@ fetch() {
     touch "$jars/.complete"
 }
 
-free_port() { # below the ephemeral port range (32768-), where an outgoing connection could take it first
-    local p=$((22000 + RANDOM % 10000))
-    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
-    echo "$p"
-}
+. "$here/../../scripts/servers.sh" # free_ports
 
 start() {
     local dir=$1 bootstrap=$2 connector=$3 port i
     fetch
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    port=$(free_port)
+    port=$(free_ports 1)
     cat >"$dir/worker.properties" <<PROPS
 bootstrap.servers=$bootstrap
 key.converter=org.apache.kafka.connect.storage.StringConverter
@@ -39,18 +41,10 @@ offset.storage.file.filename=$dir/offsets
 offset.flush.interval.ms=1000
 listeners=http://127.0.0.1:$port
 PROPS
-    cat >"$dir/log4j2.properties" <<'PROPS'
-status = warn
-appender.err.type = Console
-appender.err.name = STDERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.err.ref = STDERR
-logger.dbz.name = io.debezium
-logger.dbz.level = info
-PROPS
+    # the Java servers' logging: warnings to stderr (test/env/log4j2-warn.properties), and
+    # Debezium's own lines at info
+    { cat "$here/log4j2-warn.properties"; printf 'logger.dbz.name = io.debezium\nlogger.dbz.level = info\n'; } \
+        >"$dir/log4j2.properties"
     echo "$port" >"$dir/port"
     # CONNECT_JVM_OPTS: the JVM's options (the default starts fast for tests: a small heap,
     # the serial collector, C1 only; bench/debezium.sh gives it the JVM's defaults and 1 GB)
@@ -83,8 +77,35 @@ stop() {
     rm -f "$dir/connect.pid"
 }
 
+outbox_connector() {
+    local name=$1 port=$2 db=$3 route=$4 placement=${5:-} slot=${1//-/_}
+    cat <<PROPS
+name=$name
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+database.hostname=127.0.0.1
+database.port=$port
+database.user=postgres
+database.password=unused
+database.dbname=$db
+topic.prefix=${slot}_cdc
+plugin.name=pgoutput
+slot.name=$slot
+publication.name=$slot
+publication.autocreate.mode=filtered
+table.include.list=public.outbox
+snapshot.mode=no_data
+tombstones.on.delete=false
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+transforms.outbox.route.topic.replacement=$route
+PROPS
+    [ -z "$placement" ] || echo "transforms.outbox.table.fields.additional.placement=$placement"
+}
+
 case "${1:-}" in
 fetch) fetch ;;
+outbox-connector) outbox_connector "$2" "$3" "$4" "$5" "${6:-}" ;;
 start) start "$2" "$3" "$4" ;;
 stop) stop "$2" ;;
 *) echo "usage: $0 fetch | start DIR BOOTSTRAP CONNECTOR_PROPERTIES | stop DIR" >&2; exit 2 ;;

@@ -95,16 +95,7 @@ num.io.threads=2
 background.threads=2
 log.cleaner.dedupe.buffer.size=8388608
 PROPS
-    cat >"$dir/log4j2.properties" <<'PROPS'
-status = warn
-appender.err.type = Console
-appender.err.name = STDERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.err.ref = STDERR
-PROPS
+    cp "$here/log4j2-warn.properties" "$dir/log4j2.properties" # warnings to stderr
     echo "$port" >"$dir/port"
     java -cp "$jars/*" kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" "${@:7}" \
         >"$dir/format.log" 2>&1 || { echo "kafka.sh: formatting $dir failed:" >&2; cat "$dir/format.log" >&2; return 1; }

@@ -58,31 +58,11 @@ placement=urgent:header,tenant:header,type:header:eventType,attempt_no:header,oc
 placement=$placement,occurred_ms:header,recorded:header:recordedAt,business_day:header,amount:header
 
 # Debezium: a connector on the outbox table only, streaming from its slot's creation on.
-cat >"$WORK/connector.properties" <<PROPS
-name=outbox-side-by-side
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port=$RELAYTEST_PG_PORT
-database.user=postgres
-database.password=unused
-database.dbname=$DB
-topic.prefix=sbs
-plugin.name=pgoutput
-slot.name=outbox_sbs
-publication.name=outbox_sbs
-publication.autocreate.mode=filtered
-table.include.list=public.outbox
-snapshot.mode=no_data
-tombstones.on.delete=false
-transforms=outbox
-transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
-transforms.outbox.route.topic.replacement=$TOPIC_PREFIX.dbz.\${routedByValue}
-transforms.outbox.table.fields.additional.placement=$placement
-PROPS
+bash "$RELAYTEST_SRC/test/env/connect.sh" outbox-connector outbox-side-by-side "$RELAYTEST_PG_PORT" "$DB" \
+    "$TOPIC_PREFIX.dbz.\${routedByValue}" "$placement" >"$WORK/connector.properties"
 bash "$RELAYTEST_SRC/test/env/connect.sh" start "$WORK/connect" "$BOOTSTRAP" "$WORK/connector.properties" ||
     fail "Kafka Connect did not start"
-slot_active() { [ "$(psqlc "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_sbs' AND active")" = 1 ]; }
+slot_active() { [ "$(psqlc "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_side_by_side' AND active")" = 1 ]; }
 wait_until 120 "Debezium streaming (its slot active)" slot_active
 log "Debezium $(curl -s "http://127.0.0.1:$(cat "$WORK/connect/port")/connectors/outbox-side-by-side/status" |
     jq -r '"connector " + .connector.state + ", task " + .tasks[0].state + ", version " + .connector.version')"

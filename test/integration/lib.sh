@@ -6,7 +6,6 @@
 set -euo pipefail
 . "${RELAYTEST_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/scripts/common.sh"
 
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 TEST_NAME=$(basename "$0" .sh)
 : "${RELAYTEST_PG_PORT:?run through scripts/test.sh (PostgreSQL not started)}"
 : "${RELAYTEST_KAFKA_PORT:?run through scripts/test.sh (Kafka not started)}"
@@ -195,11 +194,7 @@ grant_roles() {
 # port_open PORT: something listens on 127.0.0.1:PORT (a condition for wait_until)
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-free_port() {
-    local p=$((22000 + RANDOM % 10000)) # below the ephemeral port range
-    while port_open "$p"; do p=$((p + 1)); done
-    echo "$p"
-}
+free_port() { free_ports 1; } # (scripts/servers.sh)
 
 # The relay's environment for this test; tests add settings to RELAY_ENV (NAME=value), and
 # RELAY_DSN_EXTRA to the relay's DSN alone (libpq options the host's psql may not know).
@@ -431,13 +426,6 @@ start_inbox() {
     eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$port"
 }
 
-# free_ports N: a base port whose next N-1 ports are free too (below the ephemeral range)
-free_ports() {
-    local p i ok
-    while :; do
-        p=$((23000 + (RANDOM % 4000) * 2)) ok=1
-        for ((i = 0; i < $1; i++)); do port_open $((p + i)) && ok=0; done
-        [ "$ok" = 1 ] && { echo "$p"; return; }
     done
 }
 

@@ -58,21 +58,6 @@ static char *statements(char **env, int bytea, int requeue_count, int bell)
     return sb.buf;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    struct strbuf sb;
-    strbuf_init(&sb);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        strbuf_append(&sb, chunk, n);
-    fclose(f);
-    return sb.buf;
-}
-
 static void golden(const char *name, char *got)
 {
     const char *dir = getenv("GOLDEN_DIR");
@@ -84,7 +69,11 @@ static void golden(const char *name, char *got)
         free(got);
         return;
     }
-    char *want = slurp(path);
+    char err[512];
+    char *want = config_read_secret(path, "the golden file", err, sizeof(err)); /* less its last newline */
+    size_t got_len = got ? strlen(got) : 0;
+    if (got_len && got[got_len - 1] == '\n')
+        got[got_len - 1] = '\0';
     if (!want || !got || strcmp(want, got) != 0) {
         ok(0, "%s: the statements differ from %s (UPDATE_GOLDEN=1 writes it; review the diff)", name, path);
         if (want && got) { /* the first line that differs */
