@@ -1,16 +1,17 @@
-/* Settings table, parsing from environment and flags, and validation. */
+/* The relay's settings table, and loading it from the environment, NAME_FILE secrets and
+ * flags; --help and the Markdown reference. The values' checks are in config_check.c, what
+ * outbox-inbox's settings share in config_shared.c. */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fnmatch.h>
-#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "config_int.h"
 #include "dsn.h"
 enum setting_type { SETTING_STRING, SETTING_INT };
 
@@ -25,362 +26,10 @@ struct setting {
     const char *help;
 };
 
-static int check_log_level(const char *v, char *err, size_t errlen)
-{
-    enum log_level l;
-    if (log_level_parse(v, &l) != 0)
-        return set_err(err, errlen, "expected one of debug, info, warn, error, got '%s'", v);
-    return 0;
-}
-
-static int check_log_format(const char *v, char *err, size_t errlen)
-{
-    enum log_format f;
-    if (log_format_parse(v, &f) != 0)
-        return set_err(err, errlen, "expected text or json, got '%s'", v);
-    return 0;
-}
-
-static int check_dsn(const char *v, char *err, size_t errlen)
-{
-    if (v[0] == '\0')
-        return 0;
-    char *perr = NULL;
-    PQconninfoOption *opts = PQconninfoParse(v, &perr);
-    if (!opts) {
-        /* libpq's message quotes the bad part, which may hold the password */
-        char line[512];
-        dsn_redact(v, perr ? perr : "out of memory", line, sizeof(line));
-        line[strcspn(line, "\n")] = '\0';
-        PQfreemem(perr);
-        return set_err(err, errlen, "not a valid libpq conninfo or URI: %s", line);
-    }
-    PQconninfoFree(opts);
-    return 0;
-}
-
-static int is_ident(const char *s, size_t n)
-{
-    if (n == 0 || n > 63 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
-        return 0;
-    for (size_t i = 1; i < n; i++)
-        if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
-            return 0;
-    return 1;
-}
-
-int config_check_table(const char *v, char *err, size_t errlen)
-{
-    const char *dot = strchr(v, '.');
-    int ok = dot ? is_ident(v, (size_t)(dot - v)) && is_ident(dot + 1, strlen(dot + 1))
-                 : is_ident(v, strlen(v));
-    if (!ok)
-        return set_err(err, errlen,
-                       "expected [schema.]table of letters, digits and '_' (each part 1..63 "
-                       "characters, not starting with a digit), got '%s'", v);
-    /* the longest name derived from it, "<table>_lease_log_partition_idx", must fit in 63 */
-    if (strlen(dot ? dot + 1 : v) > 39)
-        return set_err(err, errlen, "the table name '%s' is longer than 39 characters, too long "
-                       "for the names derived from it (such as <table>_lease_log_partition_idx, "
-                       "63 at most)", dot ? dot + 1 : v);
-    return 0;
-}
-
-static int check_topic_allow(const char *v, char *err, size_t errlen)
-{
-    for (const char *p = v; *p;) {
-        size_t n = strcspn(p, ",");
-        if (n == 0)
-            return set_err(err, errlen, "expected comma-separated glob patterns, got an empty one in '%s'", v);
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
-int config_topic_allowed(const char *allow, const char *topic)
-{
-    if (!allow || !allow[0])
-        return topic[0] != '_';
-    char pattern[256];
-    for (const char *p = allow; *p;) {
-        size_t n = strcspn(p, ",");
-        snprintf(pattern, sizeof(pattern), "%.*s", (int)n, p);
-        if (fnmatch(pattern, topic, 0) == 0)
-            return 1;
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
-static int check_channel(const char *v, char *err, size_t errlen)
-{
-    if (v[0] != '\0' && !is_ident(v, strlen(v)))
-        return set_err(err, errlen,
-                       "expected a channel name of letters, digits and '_' (1..63 characters) "
-                       "or empty to disable LISTEN, got '%s'", v);
-    return 0;
-}
-
-int config_check_topic_template(const char *v, char *err, size_t errlen)
-{
-    if (v[0] == '\0')
-        return set_err(err, errlen, "must not be empty");
-    for (const char *p = v; *p;) {
-        if (*p == '{') {
-            const char *end = strchr(p, '}');
-            if (!end)
-                return set_err(err, errlen, "unclosed '{' in '%s'", v);
-            size_t n = (size_t)(end - p + 1);
-            if (!(n == 16 && strncmp(p, "{aggregate_type}", n) == 0) &&
-                !(n == 12 && strncmp(p, "{event_type}", n) == 0))
-                return set_err(err, errlen,
-                               "unknown placeholder '%.*s' (allowed: {aggregate_type}, "
-                               "{event_type})", (int)n, p);
-            p = end + 1;
-            continue;
-        }
-        if (!(isalnum((unsigned char)*p) || *p == '.' || *p == '_' || *p == '-'))
-            return set_err(err, errlen,
-                           "character '%c' is not allowed in a Kafka topic name "
-                           "(allowed: letters, digits, '.', '_', '-')", *p);
-        p++;
-    }
-    if (strlen(v) > 249)
-        return set_err(err, errlen, "longer than Kafka's 249-character topic limit");
-    return 0;
-}
-
-int config_parse_duration(const char *v, int *seconds)
-{
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (end == v || errno || n < 0)
-        return -1;
-    long mult = 1;
-    if (*end == 's')
-        end++;
-    else if (*end == 'm')
-        mult = 60, end++;
-    else if (*end == 'h')
-        mult = 3600, end++;
-    else if (*end == 'd')
-        mult = 86400, end++;
-    if (*end || n > 3650L * 86400 / mult)
-        return -1;
-    *seconds = (int)(n * mult);
-    return 0;
-}
-
-static int check_duration(const char *v, char *err, size_t errlen)
-{
-    int s;
-    if (config_parse_duration(v, &s) != 0)
-        return set_err(err, errlen, "expected a duration like 3600, 90s, 15m, 24h or 7d (0 "
-                       "disables), got '%s'", v);
-    return 0;
-}
-
-static int check_policy(const char *v, char *err, size_t errlen)
-{
-    if (strcmp(v, "block") != 0 && strcmp(v, "skip") != 0)
-        return set_err(err, errlen, "expected block or skip, got '%s'", v);
-    return 0;
-}
-
-static int check_on_sent(const char *v, char *err, size_t errlen)
-{
-    if (v[0] && strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0)
-        return set_err(err, errlen, "expected mark or delete, got '%s'", v);
-    return 0;
-}
-
-static int check_layout(const char *v, char *err, size_t errlen)
-{
-    if (strcmp(v, "native") != 0 && strcmp(v, "debezium") != 0)
-        return set_err(err, errlen, "expected native or debezium, got '%s'", v);
-    return 0;
-}
-
-/* One item of OUTBOX_ADDITIONAL_PLACEMENT ("column:header[:name]", the placements of the
- * Debezium event router's table.fields.additional.placement that map to Kafka headers).
- * Columns and header names are plain identifiers: they become quoted SQL identifiers and
- * JSON keys. */
-int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
-                          char header[CONFIG_IDENT_MAX], char *err, size_t errlen)
-{
-    const char *p = *cursor;
-    if (!*p)
-        return 0;
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    char item[3 * CONFIG_IDENT_MAX];
-    if (n == 0 || n >= sizeof(item))
-        return set_err(err, errlen, "expected column:header[:name],... got an %s item",
-                       n ? "overlong" : "empty");
-    memcpy(item, p, n);
-    item[n] = '\0';
-    char *fields[4] = {0};
-    int nf = 0;
-    for (char *f = item; f && nf < 4; nf++) {
-        fields[nf] = f;
-        char *c = strchr(f, ':');
-        if (c)
-            *c++ = '\0';
-        f = c;
-    }
-    if (nf < 2 || nf > 3)
-        return set_err(err, errlen, "expected column:header[:name], got '%.*s'", (int)n, p);
-    if (strcmp(fields[1], "header") != 0)
-        return set_err(err, errlen, "placement '%s' of column '%s' is not supported: only "
-                       "header (the relay sends the payload as the value, unwrapped, so "
-                       "there is no envelope; the partition follows the key)", fields[1], fields[0]);
-    for (int i = 0; i < nf; i += 2) {
-        const char *id = fields[i];
-        int ok = (isalpha((unsigned char)id[0]) || id[0] == '_') && strlen(id) < CONFIG_IDENT_MAX;
-        for (const char *c = id; ok && *c; c++)
-            ok = isalnum((unsigned char)*c) || *c == '_';
-        if (!ok)
-            return set_err(err, errlen, "'%s' in '%.*s' is not a plain identifier (letters, "
-                           "digits, _; at most %d)", id, (int)n, p, CONFIG_IDENT_MAX - 1);
-    }
-    const char *hname = nf == 3 ? fields[2] : fields[0];
-    if (strcmp(hname, "id") == 0 || strcmp(hname, "outbox_lease") == 0)
-        return set_err(err, errlen, "header name '%s' is reserved (the row's id, the relay's "
-                       "lease token)", hname);
-    if (end && !end[1])
-        return set_err(err, errlen, "trailing comma");
-    snprintf(column, CONFIG_IDENT_MAX, "%s", fields[0]);
-    snprintf(header, CONFIG_IDENT_MAX, "%s", hname);
-    *cursor = end ? end + 1 : p + n;
-    return 1;
-}
-
-static int check_placement(const char *v, char *err, size_t errlen)
-{
-    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX];
-    const char *list = v;
-    int rc;
-    while ((rc = config_placement_next(&v, column, header, err, errlen)) == 1) {
-        /* a header name twice would make every row's headers unpublishable */
-        const char *other = list;
-        char c2[CONFIG_IDENT_MAX], h2[CONFIG_IDENT_MAX];
-        int same = 0;
-        while (other < v && config_placement_next(&other, c2, h2, err, errlen) == 1 && other < v)
-            same += strcmp(h2, header) == 0;
-        if (same)
-            return set_err(err, errlen, "header name '%s' is given twice", header);
-    }
-    return rc;
-}
-
-int config_check_uri_reference(const char *v, char *err, size_t errlen)
-{
-    if (!v[0])
-        return set_err(err, errlen, "expected a URI-reference (RFC 3986), got an empty value");
-    size_t scheme_end = strcspn(v, ":/?#");
-    if (v[scheme_end] == ':') { /* a scheme: a relative reference cannot start with "x:" */
-        int ok = scheme_end > 0 && isalpha((unsigned char)v[0]);
-        for (size_t i = 1; ok && i < scheme_end; i++)
-            ok = isalnum((unsigned char)v[i]) || v[i] == '+' || v[i] == '-' || v[i] == '.';
-        if (!ok)
-            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%.*s' before "
-                           "the first ':' is not a scheme (letter, then letters, digits, + - .), "
-                           "and a relative reference cannot have a ':' in its first segment",
-                           v, (int)scheme_end, v);
-    }
-    const char *after_scheme = v[scheme_end] == ':' ? v + scheme_end + 1 : v;
-    const char *authority_end = after_scheme;
-    if (strncmp(after_scheme, "//", 2) == 0)
-        authority_end = after_scheme + 2 + strcspn(after_scheme + 2, "/?#");
-    int hashes = 0;
-    for (const char *c = v; *c; c++) {
-        unsigned char u = (unsigned char)*c;
-        if (u == '%') {
-            if (!isxdigit((unsigned char)c[1]) || !isxdigit((unsigned char)c[2]))
-                return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%%' at "
-                               "offset %d is not followed by two hex digits", v, (int)(c - v));
-            c += 2;
-            continue;
-        }
-        if ((u == '[' || u == ']') && !(c >= after_scheme + 2 && c < authority_end))
-            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): '%c' outside "
-                           "an authority's IP literal", v, u);
-        hashes += u == '#';
-        if (!isalnum(u) && !strchr("-._~:/?#[]@!$&'()*+,;=", u)) /* u is not NUL here */
-            return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): character "
-                           "0x%02x at offset %d must be percent-encoded", v, u, (int)(c - v));
-    }
-    if (hashes > 1)
-        return set_err(err, errlen, "'%s' is not a URI-reference (RFC 3986): more than one '#'", v);
-    return 0;
-}
-
-static int check_ce_source(const char *v, char *err, size_t errlen)
-{
-    return v[0] ? config_check_uri_reference(v, err, errlen) : 0;
-}
-
-/* A media type as a header value: type/subtype, optionally with parameters; printable. */
-static int check_content_type(const char *v, char *err, size_t errlen)
-{
-    if (!v[0])
-        return 0;
-    const char *slash = strchr(v, '/');
-    if (!slash || slash == v || !slash[1] || slash[1] == ';' || slash[1] == ' ')
-        return set_err(err, errlen, "expected a media type such as application/json, got '%s'", v);
-    for (const char *c = v; *c; c++)
-        if (*c < 0x20 || *c > 0x7e)
-            return set_err(err, errlen, "expected printable ASCII, got character 0x%02x",
-                           (unsigned char)*c);
-    return 0;
-}
-
-static int check_payload_type(const char *v, char *err, size_t errlen)
-{
-    if (v[0] && strcmp(v, "jsonb") != 0 && strcmp(v, "json") != 0 && strcmp(v, "text") != 0 &&
-        strcmp(v, "bytea") != 0)
-        return set_err(err, errlen, "expected jsonb, json, text or bytea, got '%s'", v);
-    return 0;
-}
-
-static int check_optional_topic(const char *v, char *err, size_t errlen)
-{
-    if (v[0] == '\0')
-        return 0;
-    if (strchr(v, '{'))
-        return set_err(err, errlen, "a fixed topic name, not a template, got '%s'", v);
-    return config_check_topic_template(v, err, errlen);
-}
-
-static int check_http_addr(const char *v, char *err, size_t errlen)
-{
-    if (v[0] == '\0')
-        return 0;
-    const char *colon = strrchr(v, ':');
-    char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!colon || colon[1] == '\0' || *end || port < 1 || port > 65535)
-        return set_err(err, errlen, "expected host:port or :port (empty disables), got '%s'", v);
-    return 0;
-}
-
-/* It becomes part of application_name (63 bytes): "outbox-relay " and up to 50 more. */
-static int check_relay_name(const char *v, char *err, size_t errlen)
-{
-    if (strlen(v) > 50)
-        return set_err(err, errlen, "expected at most 50 characters, got %zu", strlen(v));
-    for (const char *c = v; *c; c++)
-        if (*c < 0x21 || *c > 0x7e || *c == '\'' || *c == '\\')
-            return set_err(err, errlen, "expected printable ASCII without spaces, quotes or "
-                           "backslashes, got character 0x%02x", (unsigned char)*c);
-    return 0;
-}
-
 #define OFF(field) offsetof(struct config, field)
 
 static const struct setting settings[] = {
-    {"OUTBOX_PG_DSN", "pg-dsn", SETTING_STRING, OFF(pg_dsn), "", 0, 0, check_dsn,
+    {"OUTBOX_PG_DSN", "pg-dsn", SETTING_STRING, OFF(pg_dsn), "", 0, 0, config_check_dsn,
      "libpq conninfo or URI; empty uses libpq's PG* variables. Prefer OUTBOX_PG_DSN_FILE or a "
      "passfile for secrets"},
     {"OUTBOX_TABLE", "table", SETTING_STRING, OFF(table), "public.outbox", 0, 0, config_check_table,
@@ -389,7 +38,7 @@ static const struct setting settings[] = {
      "outbox.event.{aggregate_type}", 0, 0, config_check_topic_template,
      "topic for rows whose topic column is NULL; placeholders {aggregate_type}, {event_type}"},
     {"OUTBOX_TOPIC_ALLOW", "topic-allow", SETTING_STRING, OFF(topic_allow), "", 0, 0,
-     check_topic_allow,
+     config_check_topic_allow,
      "topics rows may be published to: comma-separated glob patterns (e.g. orders.*,payments.*); "
      "empty allows any name not starting with '_'. A row naming another topic is parked"},
     {"OUTBOX_BATCH_SIZE", "batch-size", SETTING_INT, OFF(batch_size), "1000", 1, 100000, NULL,
@@ -397,7 +46,7 @@ static const struct setting settings[] = {
     {"OUTBOX_POLL_INTERVAL_MS", "poll-interval-ms", SETTING_INT, OFF(poll_interval_ms), "200", 1,
      3600000, NULL, "longest sleep between claims when idle (the adaptive poll backs off to it)"},
     {"OUTBOX_NOTIFY_CHANNEL", "notify-channel", SETTING_STRING, OFF(notify_channel), "outbox", 0,
-     0, check_channel, "LISTEN channel woken by the optional doorbell trigger; empty disables LISTEN"},
+     0, config_check_channel, "LISTEN channel woken by the optional doorbell trigger; empty disables LISTEN"},
     {"OUTBOX_MAX_INFLIGHT", "max-inflight", SETTING_INT, OFF(max_inflight), "20000", 1, 1000000,
      NULL, "most rows claimed but not yet marked; bounds memory and duplicates after a crash"},
     {"OUTBOX_MAX_INFLIGHT_BYTES", "max-inflight-bytes", SETTING_INT, OFF(max_inflight_bytes),
@@ -412,61 +61,61 @@ static const struct setting settings[] = {
     {"OUTBOX_RECONNECT_MAX_MS", "reconnect-max-ms", SETTING_INT, OFF(reconnect_max_ms), "5000",
      10, 600000, NULL, "cap of the PostgreSQL reconnect backoff"},
     {"OUTBOX_HTTP_ADDR", "http-addr", SETTING_STRING, OFF(http_addr), ":9481", 0, 0,
-     check_http_addr, "listen address of /metrics, /healthz, /readyz, /status; empty disables"},
+     config_check_http_addr, "listen address of /metrics, /healthz, /readyz, /status; empty disables"},
     {"OUTBOX_READY_STRICT", "ready-strict", SETTING_INT, OFF(ready_strict), "0", 0, 1, NULL,
      "1: /readyz fails while PostgreSQL or Kafka is unreachable (default 0: a Kafka outage "
      "shows as degraded, not unready)"},
     {"OUTBOX_MAX_ATTEMPTS", "max-attempts", SETTING_INT, OFF(max_attempts), "3", 1, 1000, NULL,
      "failures of a row published alone (errors that belong to the row) before it is parked"},
     {"OUTBOX_POISON_POLICY", "poison-policy", SETTING_STRING, OFF(poison_policy), "block", 0, 0,
-     check_policy, "block: later rows of a parked row's key wait for requeue; skip: they flow"},
-    {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "", 0, 0, check_on_sent,
+     config_check_policy, "block: later rows of a parked row's key wait for requeue; skip: they flow"},
+    {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "", 0, 0, config_check_on_sent,
      "mark: an acknowledged row becomes SENT (kept for OUTBOX_RETENTION; replay and audit use "
      "it); delete: it is deleted at once, for the least WAL and no history (replay, audit and "
      "purge refuse). Unset: delete in the debezium layout, else mark"},
-    {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, check_layout,
+    {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, config_check_layout,
      "native: the relay's own table; debezium: Debezium's outbox table (id uuid, aggregatetype, "
      "aggregateid, type, payload), which `migrate` extends without touching its columns, and "
      "messages as Debezium's outbox event router sends them"},
     {"OUTBOX_ADDITIONAL_PLACEMENT", "additional-placement", SETTING_STRING,
-     OFF(additional_placement), "", 0, 0, check_placement,
+     OFF(additional_placement), "", 0, 0, config_check_placement,
      "debezium layout: more columns as Kafka headers, column:header[:name],... (the event "
      "router's table.fields.additional.placement; header is the only placement)"},
     {"OUTBOX_CLOUDEVENTS_SOURCE", "cloudevents-source", SETTING_STRING, OFF(ce_source), "", 0, 0,
-     check_ce_source,
+     config_check_ce_source,
      "CloudEvents binary mode: every message also carries ce_specversion, ce_id (event id), "
      "ce_source (this value, a URI-reference such as /orders-service or "
      "https://example.com/orders), ce_type (event type), ce_subject (aggregate id), ce_time "
      "(created_at) and content-type; a row header named ce_* is parked. Empty: off"},
     {"OUTBOX_CLOUDEVENTS_CONTENT_TYPE", "cloudevents-content-type", SETTING_STRING,
-     OFF(ce_content_type), "", 0, 0, check_content_type,
+     OFF(ce_content_type), "", 0, 0, config_check_content_type,
      "the content-type header of CloudEvents messages (a row's own content-type header wins); "
      "empty: from the payload column's type (application/json for json and jsonb, "
      "text/plain; charset=utf-8 for text, application/octet-stream for bytea)"},
     {"OUTBOX_PAYLOAD_TYPE", "payload-type", SETTING_STRING, OFF(payload_type), "", 0, 0,
-     check_payload_type,
+     config_check_payload_type,
      "type of the payload column when `migrate` creates the table: jsonb, json, text or bytea "
      "(sent as raw bytes); empty means jsonb. The relay reads the type the table has"},
     {"OUTBOX_DEAD_LETTER_TOPIC", "dead-letter-topic", SETTING_STRING, OFF(dead_letter_topic), "",
-     0, 0, check_optional_topic, "topic that also receives parked rows; empty disables"},
+     0, 0, config_check_optional_topic, "topic that also receives parked rows; empty disables"},
     {"OUTBOX_TOPIC_PAUSE_MS", "topic-pause-ms", SETTING_INT, OFF(topic_pause_ms), "30000", 100,
      3600000, NULL, "how long a topic with a topic-level error is paused before it is tried again"},
     {"OUTBOX_LEASE_TIMEOUT_MS", "lease-timeout-ms", SETTING_INT, OFF(lease_timeout_ms), "10000",
      3000, 600000, NULL,
      "a dead or cut-off relay's lease partitions are taken over within this time"},
-    {"OUTBOX_RETENTION", "retention", SETTING_STRING, OFF(retention), "24h", 0, 0, check_duration,
+    {"OUTBOX_RETENTION", "retention", SETTING_STRING, OFF(retention), "24h", 0, 0, config_check_duration,
      "SENT rows older than this are deleted in small batches; 0 keeps them"},
     {"OUTBOX_LONG_TRANSACTION_SECONDS", "long-transaction-seconds", SETTING_INT,
      OFF(long_tx_seconds), "30", 1, 86400, NULL,
      "a transaction open longer than this is reported (log line and metric), and so is a "
      "replication slot or standby that holds the xmin horizon this long"},
     {"OUTBOX_RELAY_NAME", "relay-name", SETTING_STRING, OFF(relay_name), "", 0, 0,
-     check_relay_name, "this relay's name (at most 50 printable ASCII characters) in logs, application_name and status; "
+     config_check_relay_name, "this relay's name (at most 50 printable ASCII characters) in logs, application_name and status; "
      "empty uses the host name"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
-     check_log_level, "debug, info, warn or error"},
+     config_check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
-     check_log_format, "text or json (one JSON object per line)"},
+     config_check_log_format, "text or json (one JSON object per line)"},
 };
 
 static char **str_field(struct config *cfg, const struct setting *s)
@@ -511,150 +160,12 @@ static int apply(struct config *cfg, const struct setting *s, const char *value,
     return 0;
 }
 
-void config_kafka_add(struct kafka_prop **props, size_t *n, const char *name, const char *value,
-                      const char *origin, const char *file)
-{
-    for (size_t i = 0; i < *n; i++) {
-        if (strcmp((*props)[i].name, name) == 0) {
-            free((*props)[i].value);
-            free((*props)[i].origin);
-            free((*props)[i].file);
-            (*props)[i].value = xstrdup(value);
-            (*props)[i].origin = xstrdup(origin);
-            (*props)[i].file = file ? xstrdup(file) : NULL;
-            return;
-        }
-    }
-    *props = xrealloc(*props, (*n + 1) * sizeof(**props));
-    (*props)[(*n)++] = (struct kafka_prop){xstrdup(name), xstrdup(value), xstrdup(origin),
-                                           file ? xstrdup(file) : NULL};
-}
-
-void config_kafka_free(struct kafka_prop *props, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(props[i].name);
-        free(props[i].value);
-        free(props[i].origin);
-        free(props[i].file);
-    }
-    free(props);
-}
-
-/* A property's value now: its file's content when it came from one. Caller frees. */
-static char *kafka_prop_current(const struct kafka_prop *p)
-{
-    if (!p->file)
-        return xstrdup(p->value);
-    char err[512];
-    char *v = config_read_secret(p->file, p->origin, err, sizeof(err));
-    if (!v) {
-        log_warn("%s (the value read before is used)", err);
-        return xstrdup(p->value);
-    }
-    return v;
-}
-
-int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen)
-{
-    char kerr[512];
-    for (size_t i = 0; i < n; i++) {
-        char *value = kafka_prop_current(&props[i]);
-        rd_kafka_conf_res_t res = rd_kafka_conf_set(conf, props[i].name, value, kerr, sizeof(kerr));
-        free(value);
-        if (res != RD_KAFKA_CONF_OK)
-            return set_err(err, errlen, "%s: %s", props[i].origin, kerr);
-    }
-    return 0;
-}
-
-char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n)
-{
-    struct strbuf sb;
-    strbuf_init(&sb);
-    int any = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!props[i].file)
-            continue;
-        char *value = kafka_prop_current(&props[i]);
-        strbuf_printf(&sb, "%s=%zu:%s\n", props[i].name, strlen(value), value);
-        free(value);
-        any = 1;
-    }
-    if (!any) {
-        strbuf_destroy(&sb);
-        return NULL;
-    }
-    return sb.buf;
-}
-
-char *config_current_dsn(const char *dsn, const char *file, const char *origin)
-{
-    if (!file)
-        return xstrdup(dsn);
-    char err[512];
-    char *v = config_read_secret(file, origin, err, sizeof(err));
-    if (!v) {
-        log_warn("%s (the DSN read before is used)", err);
-        return xstrdup(dsn);
-    }
-    return v;
-}
-
 static void add_kafka(struct config *cfg, const char *name, const char *value, const char *origin,
                       const char *file)
 {
     config_kafka_add(&cfg->kafka, &cfg->n_kafka, name, value, origin, file);
 }
 
-/* Reads a NAME_FILE secret: whole file, one trailing newline removed. */
-char *config_read_secret(const char *path, const char *origin, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        set_err(err, errlen, "%s: cannot read '%s': %s", origin, path, strerror(errno));
-        return NULL;
-    }
-    struct strbuf sb;
-    strbuf_init(&sb);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        strbuf_append(&sb, chunk, n);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        strbuf_destroy(&sb);
-        set_err(err, errlen, "%s: error reading '%s'", origin, path);
-        return NULL;
-    }
-    if (sb.len && sb.buf[sb.len - 1] == '\n')
-        sb.buf[--sb.len] = '\0';
-    if (sb.len && sb.buf[sb.len - 1] == '\r')
-        sb.buf[--sb.len] = '\0';
-    return sb.buf;
-}
-
-/* Kubernetes service links for a Service named "outbox"/"outbox-kafka" produce variables
- * such as OUTBOX_KAFKA_PORT or OUTBOX_KAFKA_SERVICE_HOST that nobody set on purpose. */
-int config_is_service_link(const char *name)
-{
-    size_t n = strlen(name);
-    if (n >= 5 && strcmp(name + n - 5, "_PORT") == 0)
-        return 1;
-    return strstr(name, "_PORT_") != NULL || strstr(name, "_SERVICE_HOST") != NULL ||
-           strstr(name, "_SERVICE_PORT") != NULL;
-}
-
-char *config_kafka_name(const char *suffix)
-{
-    char *name = xstrdup(suffix);
-    for (char *p = name; *p; p++)
-        *p = *p == '_' ? '.' : (char)tolower((unsigned char)*p);
-    return name;
-}
-
-/* Checks every librdkafka property by setting it on a scratch configuration. */
 static int check_kafka_props(struct config *cfg, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
