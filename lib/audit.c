@@ -19,50 +19,14 @@
 #include <time.h>
 
 #include "log.h"
+#include "sink.h"
 #include "message.h"
 #include "outbox.h"
 #include "pgconn.h"
 #include "schema.h"
 #include "util.h"
 
-#define COPY_ROWS 10000      /* messages per COPY into the temporary table */
-#define MAX_TOPICS 1000      /* topics named by the window's rows */
-#define STALL_S 30           /* no message for this long with partitions unread: give up */
-#define PROGRESS_S 5         /* progress line on the log this often */
-#define SHOW_LOST 10         /* lost rows named on the log */
-#define LIST_LOST 100        /* lost rows listed in the JSON report */
-
-/* The window on created_at: $1 since, $2 until, either NULL for open. */
-#define WINDOW "($1::timestamptz IS NULL OR created_at >= $1::timestamptz) AND " \
-               "($2::timestamptz IS NULL OR created_at < $2::timestamptz)"
-
-struct part {
-    int64_t low, start, high; /* watermarks taken at the start; where reading starts */
-    int truncated;            /* retention deleted messages the window may have had */
-    int64_t bound_ts;         /* latest timestamp among the first messages read (truncated only) */
-    int read_any, done;
-};
-
-struct topic {
-    char *name;
-    int n_parts;
-    struct part *parts;
-    long long read;
-    int64_t verified_from_ms; /* rows created at or before this cannot be judged; 0: all can */
-};
-
-struct audit {
-    PGconn *conn;
-    const struct config *cfg;
-    char *err;
-    size_t errlen;
-    struct topic topics[MAX_TOPICS];
-    int n_topics;
-    rd_kafka_t *rk;
-    struct strbuf copy; /* COPY text of the messages not yet sent to PostgreSQL */
-    int copy_rows;
-    long long to_read, read, other;
-};
+#include "audit_int.h"
 
 static PGresult *exec(struct audit *a, const char *sql, int nparams, const char *const *params)
 {
@@ -124,21 +88,6 @@ static int load_topics(struct audit *a, const char *table_q, const char *const *
     return 0;
 }
 
-/* librdkafka warns about every producer property of the relay's settings given to a
- * consumer: those warnings are expected here. */
-static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk;
-    if (strcmp(fac, "CONFWARN") == 0)
-        return;
-    if (level <= 3)
-        log_error("kafka: %s: %s", fac, buf);
-    else if (level <= 4)
-        log_warn("kafka: %s: %s", fac, buf);
-    else
-        log_debug("kafka: %s: %s", fac, buf);
-}
-
 static int make_consumer(struct audit *a)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -160,7 +109,7 @@ static int make_consumer(struct audit *a)
     };
     for (size_t i = 0; i < ARRAY_LEN(consumer); i++)
         rd_kafka_conf_set(conf, consumer[i][0], consumer[i][1], kerr, sizeof(kerr));
-    rd_kafka_conf_set_log_cb(conf, kafka_log);
+    rd_kafka_conf_set_log_cb(conf, sink_log_cb);
     if (!(a->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, kerr, sizeof(kerr)))) {
         rd_kafka_conf_destroy(conf);
         return set_err(a->err, a->errlen, "kafka: cannot create a consumer: %s", kerr);
@@ -364,25 +313,6 @@ static void verified_windows(struct audit *a, int64_t start_ms)
     }
 }
 
-static void iso_time(int64_t ms, char *buf, size_t len)
-{
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, len - n, ".%03dZ", (int)(ms % 1000));
-}
-
-struct report {
-    long long committed, sent, pending, parked, sent_after_start;
-    long long delivered, messages, order_violations, lost, unverifiable;
-    double p50, p99; /* ms; negative when nothing was measured */
-    const char *measured_to;
-    json_t *lost_rows;
-};
-
-/* Rows marked SENT before the start whose event is in no message read: lost, or
- * unverifiable when created before the verified window of their topic. */
 static int judge_missing(struct audit *a, struct report *r, const char *start)
 {
     if (run(a, "BEGIN") != 0)
@@ -505,62 +435,6 @@ static int compare(struct audit *a, struct report *r, const char *start)
     return judge_missing(a, r, start);
 }
 
-static void print_report(struct audit *a, const struct report *r, FILE *out)
-{
-    const struct config *cfg = a->cfg;
-    long long duplicates = r->messages - r->delivered;
-    if (cfg->json) {
-        json_t *topics = json_array();
-        for (int t = 0; t < a->n_topics; t++) {
-            const struct topic *tp = &a->topics[t];
-            char from[40];
-            iso_time(tp->verified_from_ms, from, sizeof(from));
-            json_array_append_new(topics, json_pack("{s:s,s:i,s:I,s:o}", "topic", tp->name, "partitions",
-                                                    tp->n_parts, "messages_read", (json_int_t)tp->read,
-                                                    "verified_from", tp->verified_from_ms ? json_string(from)
-                                                                                          : json_null()));
-        }
-        json_t *doc = json_pack(
-            "{s:s,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:o,s:o,s:s},s:o,s:O}",
-            "table", cfg->table, "since", cfg->since ? json_string(cfg->since) : json_null(),
-            "until", cfg->until ? json_string(cfg->until) : json_null(),
-            "committed", (json_int_t)r->committed, "sent", (json_int_t)r->sent,
-            "pending", (json_int_t)r->pending, "parked", (json_int_t)r->parked,
-            "sent_after_start", (json_int_t)r->sent_after_start, "delivered", (json_int_t)r->delivered,
-            "lost", (json_int_t)r->lost, "unverifiable", (json_int_t)r->unverifiable,
-            "duplicates", (json_int_t)duplicates, "order_violations", (json_int_t)r->order_violations,
-            "other_messages", (json_int_t)a->other,
-            "completion_ms", "p50", r->p50 >= 0 ? json_real(r->p50) : json_null(),
-            "p99", r->p99 >= 0 ? json_real(r->p99) : json_null(), "measured_to", r->measured_to,
-            "topics", topics, "lost_rows", r->lost_rows);
-        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-        fprintf(out, "%s\n", text);
-        free(text);
-        json_decref(doc);
-        return;
-    }
-    fprintf(out, "audit of %s, rows created %s%s%s%s\n", cfg->table, cfg->since ? "from " : "",
-            cfg->since ? cfg->since : "since the start", cfg->until ? " until " : "", cfg->until ? cfg->until : "");
-    fprintf(out, "  committed %lld: sent %lld, pending %lld, parked %lld (%lld marked after the audit started: not judged)\n",
-            r->committed, r->sent, r->pending, r->parked, r->sent_after_start);
-    fprintf(out, "  delivered %lld, lost %lld, duplicates %lld, order violations %lld\n", r->delivered,
-            r->lost, duplicates, r->order_violations);
-    if (r->p50 >= 0)
-        fprintf(out, "  completion, created to %s: p50 %.1f ms, p99 %.1f ms\n",
-                strcmp(r->measured_to, "marked_sent") == 0 ? "marked SENT" : "Kafka append time", r->p50, r->p99);
-    for (int t = 0; t < a->n_topics; t++) {
-        const struct topic *tp = &a->topics[t];
-        char from[40];
-        iso_time(tp->verified_from_ms, from, sizeof(from));
-        fprintf(out, "  topic %s: %d partitions, %lld messages read, verified %s%s\n", tp->name, tp->n_parts,
-                tp->read, tp->verified_from_ms ? "for rows created from " : "from its first message",
-                tp->verified_from_ms ? from : "");
-    }
-    if (r->unverifiable)
-        fprintf(out, "  unverifiable %lld: not in Kafka, created before what retention kept\n", r->unverifiable);
-    fprintf(out, "  %lld messages read belong to no row of this window\n", a->other);
-}
-
 int audit_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size_t errlen)
 {
     struct audit *a = xcalloc(1, sizeof(*a));
@@ -613,7 +487,7 @@ int audit_run(PGconn *conn, const struct config *cfg, FILE *out, char *err, size
     if (run(a, "CREATE INDEX ON outbox_audit_rows (ev); ANALYZE outbox_audit_rows") != 0 ||
         compare(a, &r, start) != 0)
         goto out;
-    print_report(a, &r, out);
+    audit_print_report(a, &r, out);
     log_info("audit: %s: %lld committed, %lld delivered, %lld lost, %lld unverifiable, %lld duplicates, "
              "%lld order violations", cfg->table, r.committed, r.delivered, r.lost, r.unverifiable,
              r.messages - r.delivered, r.order_violations);

@@ -62,13 +62,13 @@ void metrics_head(struct strbuf *o, const char *name, const char *type, const ch
     strbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void counter(struct strbuf *o, const char *name, const char *help, uint64_t v)
+void metrics_counter(struct strbuf *o, const char *name, const char *help, uint64_t v)
 {
     metrics_head(o, name, "counter", help);
     strbuf_printf(o, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void gauge(struct strbuf *o, const char *name, const char *help, double v)
+void metrics_gauge(struct strbuf *o, const char *name, const char *help, double v)
 {
     metrics_head(o, name, "gauge", help);
     strbuf_printf(o, "%s %.17g\n", name, v);
@@ -107,24 +107,24 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     metrics_label_value(o, version);
     strbuf_puts(o, "\"} 1\n");
 
-    gauge(o, "outbox_pending_rows",
+    metrics_gauge(o, "outbox_pending_rows",
           "PENDING rows in the outbox (exact up to the count cap, see outbox_pending_rows_exact).",
           (double)m->pending_rows);
-    gauge(o, "outbox_pending_rows_exact",
+    metrics_gauge(o, "outbox_pending_rows_exact",
           "1 if outbox_pending_rows is an exact count, 0 if it is an upper bound from ids.",
           m->pending_rows_exact);
-    gauge(o, "outbox_oldest_pending_age_seconds",
+    metrics_gauge(o, "outbox_oldest_pending_age_seconds",
           "Age of the oldest PENDING row (0 when there is none).", m->oldest_pending_age_seconds);
-    gauge(o, "outbox_failed_rows", "Parked (FAILED) rows waiting for requeue.", (double)m->failed_rows);
-    gauge(o, "outbox_inflight_rows", "Rows claimed and not yet marked SENT.", (double)m->inflight_rows);
-    gauge(o, "outbox_postgres_connected", "1 if the worker connection to PostgreSQL is up.",
+    metrics_gauge(o, "outbox_failed_rows", "Parked (FAILED) rows waiting for requeue.", (double)m->failed_rows);
+    metrics_gauge(o, "outbox_inflight_rows", "Rows claimed and not yet marked SENT.", (double)m->inflight_rows);
+    metrics_gauge(o, "outbox_postgres_connected", "1 if the worker connection to PostgreSQL is up.",
           m->pg_connected);
-    gauge(o, "outbox_kafka_brokers_up", "Kafka brokers the producer is connected to.",
+    metrics_gauge(o, "outbox_kafka_brokers_up", "Kafka brokers the producer is connected to.",
           m->kafka_brokers_up);
-    gauge(o, "outbox_notify_queue_usage_ratio",
+    metrics_gauge(o, "outbox_notify_queue_usage_ratio",
           "pg_notification_queue_usage(): fraction of the cluster-wide NOTIFY queue in use.",
           m->notify_queue_usage);
-    gauge(o, "outbox_degraded",
+    metrics_gauge(o, "outbox_degraded",
           "1 if the relay cannot make progress (see outbox_stalled); the process stays alive.",
           m->degraded);
 
@@ -167,39 +167,39 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
         strbuf_printf(o, "\"} %.3f\n", m->xmin_holder_seconds);
     }
 
-    counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
-    counter(o, "outbox_claims_from_bottom_total",
+    metrics_counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
+    metrics_counter(o, "outbox_claims_from_bottom_total",
             "Claims that read every lease partition from the bottom of the pending index (the "
             "others start at proven floors above the rows already marked).",
             m->claims_from_bottom_total);
-    counter(o, "outbox_floor_resets_total",
+    metrics_counter(o, "outbox_floor_resets_total",
             "Times rows were put back below the claim floors (a reset, a lost lease, a held key "
             "or paused topic released, a requeue), so that the next claim read from the bottom.",
             m->floor_resets_total);
-    counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
-    counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
-    counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
+    metrics_counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
+    metrics_counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
+    metrics_counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
     metrics_head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
     for (int r = 0; r < FAILURE_REASONS; r++)
         strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
                       failure_reason_name((enum failure_reason)r),
                       (unsigned long long)m->publish_failures_total[r]);
-    counter(o, "outbox_parked_total", "Rows parked as FAILED.", m->parked_total);
-    counter(o, "outbox_possible_duplicates_total",
+    metrics_counter(o, "outbox_parked_total", "Rows parked as FAILED.", m->parked_total);
+    metrics_counter(o, "outbox_possible_duplicates_total",
             "Upper bound of rows published more than once (after a failed delivery, a producer "
             "reset, or a crash before marking).",
             m->possible_duplicates_total);
-    counter(o, "outbox_producer_recreated_total", "Producers recreated after fatal errors.",
+    metrics_counter(o, "outbox_producer_recreated_total", "Producers recreated after fatal errors.",
             m->producer_recreated_total);
-    counter(o, "outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
+    metrics_counter(o, "outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
             m->resets_total);
-    counter(o, "outbox_retention_deleted_total", "SENT rows deleted by retention.",
+    metrics_counter(o, "outbox_retention_deleted_total", "SENT rows deleted by retention.",
             m->retention_deleted_total);
-    counter(o, "outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
+    metrics_counter(o, "outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
             m->pg_reconnects_total);
-    counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
+    metrics_counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
             m->doorbell_wakeups_total);
-    gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
+    metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",
          "Lease partitions no relay of the table held at this relay's last scan (free, or "
@@ -207,20 +207,20 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     strbuf_puts(o, "outbox_lease_partitions_unowned{table=\"");
     metrics_label_value(o, m->table ? m->table : "");
     strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
-    gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
+    metrics_gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
           (double)m->lease_relays);
-    counter(o, "outbox_partition_share_held_back_total",
+    metrics_counter(o, "outbox_partition_share_held_back_total",
             "Claimed rows left PENDING because their Kafka partition held its share of the "
             "in-flight window (a partition without a leader, or a slow one).",
             m->share_held_back_total);
-    counter(o, "outbox_topic_partition_changes_total",
+    metrics_counter(o, "outbox_topic_partition_changes_total",
             "Times a topic's partition count changed: per-key order across the change is not kept.",
             m->topic_partition_changes_total);
-    counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
+    metrics_counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
             m->lease_rebalances_total);
-    counter(o, "outbox_lease_takeovers_total",
+    metrics_counter(o, "outbox_lease_takeovers_total",
             "Partitions taken over from a relay that did not release them.", m->lease_takeovers_total);
-    counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
+    metrics_counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
             m->lease_lost_total);
     metrics_histogram(o, "outbox_event_latency_seconds",
               "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);

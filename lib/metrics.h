@@ -91,6 +91,9 @@ struct metrics {
 /* Exposition pieces, shared with outbox-inbox's metrics: the HELP/TYPE lines, a label
  * value escaped, a histogram's buckets, sum and count. */
 void metrics_head(struct strbuf *o, const char *name, const char *type, const char *help);
+/* A family of one unlabelled sample: HELP, TYPE and the value. */
+void metrics_counter(struct strbuf *o, const char *name, const char *help, uint64_t v);
+void metrics_gauge(struct strbuf *o, const char *name, const char *help, double v);
 void metrics_label_value(struct strbuf *o, const char *v);
 void metrics_histogram(struct strbuf *o, const char *name, const char *help, const struct histogram *h);
 

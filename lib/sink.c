@@ -212,14 +212,16 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 }
 
 /* Runs on librdkafka's threads: the logger is thread-safe. */
-static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+void sink_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
-    (void)rk;
-    if (level <= 3)
+    int consumer = rd_kafka_type(rk) == RD_KAFKA_CONSUMER;
+    if (consumer && strcmp(fac, "CONFWARN") == 0)
+        log_debug("kafka: %s: %s", fac, buf); /* the producer's settings, given to a consumer */
+    else if (level <= 3)
         log_error("kafka: %s: %s", fac, buf);
     else if (level <= 4)
         log_warn("kafka: %s: %s", fac, buf);
-    else if (level <= 6)
+    else if (level <= 6 && !consumer)
         log_info("kafka: %s: %s", fac, buf);
     else
         log_debug("kafka: %s: %s", fac, buf);
@@ -263,7 +265,7 @@ static rd_kafka_t *make_producer(struct sink *sk, char *err, size_t errlen)
     sink_warn_old_scram(conf);
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
-    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_log_cb(conf, sink_log_cb);
     rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_opaque(conf, sk);
     char max[32];

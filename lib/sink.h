@@ -54,6 +54,11 @@ uint64_t sink_partition_changes(const struct sink *sk);
  * (shutdown after its timeout). Bounded by timeout_ms. */
 void sink_abandon(struct sink *sk, int timeout_ms);
 
+/* librdkafka's log lines into ours, one callback for every client of both programs: syslog
+ * levels 0-3 as errors, 4 as warnings, 5-6 as info for a producer (debug for a consumer,
+ * whose notices repeat its group's life), 7 as debug; a consumer's CONFWARN (the relay's
+ * producer settings it was given) at debug. */
+void sink_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 /* Words added to a Kafka authentication failure: librdkafka before 2.6.1 cannot log in
  * with SCRAM to Kafka 4.x brokers (it doubles the nonce in its final message, which 4.x
  * refuses as RFC 5802 asks), so a right password is refused there. "" when that cannot be

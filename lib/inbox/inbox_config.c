@@ -8,11 +8,11 @@
 
 #include "util.h"
 
-enum kind { STR, INT };
+enum inbox_setting_kind { INBOX_SETTING_STRING, INBOX_SETTING_INT };
 
 struct setting {
     const char *env;
-    enum kind kind;
+    enum inbox_setting_kind kind;
     size_t off;
     const char *def;
     long min, max;
@@ -22,40 +22,40 @@ struct setting {
 #define OFF(f) offsetof(struct inbox_config, f)
 
 static const struct setting settings[] = {
-    {"INBOX_PG_DSN", STR, OFF(pg_dsn), "", 0, 0,
+    {"INBOX_PG_DSN", INBOX_SETTING_STRING, OFF(pg_dsn), "", 0, 0,
      "libpq connection string or URI of the consumer's database (required)"},
-    {"INBOX_TOPICS", STR, OFF(topics), "", 0, 0,
+    {"INBOX_TOPICS", INBOX_SETTING_STRING, OFF(topics), "", 0, 0,
      "topics to consume: a comma-separated list, or one `^regex` (required)"},
-    {"INBOX_HANDLER", STR, OFF(handler), "", 0, 0,
+    {"INBOX_HANDLER", INBOX_SETTING_STRING, OFF(handler), "", 0, 0,
      "SQL function `[schema.]name(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)` "
      "applied to each new message (required to run; found on the role's search_path when not qualified)"},
-    {"INBOX_NAME", STR, OFF(name), "", 0, 0,
+    {"INBOX_NAME", INBOX_SETTING_STRING, OFF(name), "", 0, 0,
      "the inbox rows' `handler` value (one table may serve several handlers); default: the handler's name"},
-    {"INBOX_TABLE", STR, OFF(table), "public.inbox", 0, 0, "the inbox table, `[schema.]name`"},
-    {"INBOX_EVENT_ID_HEADER", STR, OFF(event_id_header), "auto", 0, 0,
+    {"INBOX_TABLE", INBOX_SETTING_STRING, OFF(table), "public.inbox", 0, 0, "the inbox table, `[schema.]name`"},
+    {"INBOX_EVENT_ID_HEADER", INBOX_SETTING_STRING, OFF(event_id_header), "auto", 0, 0,
      "header holding the event id (the default dedupe key); `auto`: `event_id` (this relay), else `id` "
      "(Debezium's outbox event router), else the CloudEvents pair `ce_source` + `ce_id`"},
-    {"INBOX_DEDUPE_KEY", STR, OFF(dedupe_key), "", 0, 0,
+    {"INBOX_DEDUPE_KEY", INBOX_SETTING_STRING, OFF(dedupe_key), "", 0, 0,
      "a business key instead of the event id: `header:NAME` and `payload:/json/pointer` parts, comma-separated"},
-    {"INBOX_BATCH_SIZE", INT, OFF(batch_size), "100", 1, INBOX_BATCH_MAX,
+    {"INBOX_BATCH_SIZE", INBOX_SETTING_INT, OFF(batch_size), "100", 1, INBOX_BATCH_MAX,
      "messages applied in one transaction at most (each with its own dedupe record; the batch is what the "
      "consumer has ready, so a quiet topic commits each message at once)"},
-    {"INBOX_MAX_ATTEMPTS", INT, OFF(max_attempts), "5", 1, 1000,
+    {"INBOX_MAX_ATTEMPTS", INBOX_SETTING_INT, OFF(max_attempts), "5", 1, 1000,
      "handler failures of one message before it is dead-lettered"},
-    {"INBOX_RETRY_BACKOFF_MS", INT, OFF(retry_backoff_ms), "200", 1, 600000,
+    {"INBOX_RETRY_BACKOFF_MS", INBOX_SETTING_INT, OFF(retry_backoff_ms), "200", 1, 600000,
      "first retry delay after a handler failure (doubles, jittered)"},
-    {"INBOX_RETRY_BACKOFF_MAX_MS", INT, OFF(retry_backoff_max_ms), "10000", 1, 3600000,
+    {"INBOX_RETRY_BACKOFF_MAX_MS", INBOX_SETTING_INT, OFF(retry_backoff_max_ms), "10000", 1, 3600000,
      "longest retry delay (also for PostgreSQL reconnects)"},
-    {"INBOX_DEAD_LETTER_TOPIC", STR, OFF(dead_letter_topic), "", 0, 0,
+    {"INBOX_DEAD_LETTER_TOPIC", INBOX_SETTING_STRING, OFF(dead_letter_topic), "", 0, 0,
      "topic for messages whose handler failed INBOX_MAX_ATTEMPTS times (original key, value, headers and "
      "`inbox_error`); empty: only the inbox row records the failure"},
-    {"INBOX_RETENTION", STR, OFF(retention), "7d", 0, 0,
+    {"INBOX_RETENTION", INBOX_SETTING_STRING, OFF(retention), "7d", 0, 0,
      "inbox rows older than this are deleted (`90s`, `15m`, `24h`, `7d`; `0` keeps them); must exceed "
      "the longest redelivery window"},
-    {"INBOX_HTTP_ADDR", STR, OFF(http_addr), ":9466", 0, 0,
+    {"INBOX_HTTP_ADDR", INBOX_SETTING_STRING, OFF(http_addr), ":9466", 0, 0,
      "`host:port` of /metrics /healthz /readyz /status; empty disables"},
-    {"INBOX_LOG_LEVEL", STR, OFF(log_level_name), "info", 0, 0, "debug, info, warn or error"},
-    {"INBOX_LOG_FORMAT", STR, OFF(log_format_name), "text", 0, 0, "text or json (one object per line)"},
+    {"INBOX_LOG_LEVEL", INBOX_SETTING_STRING, OFF(log_level_name), "info", 0, 0, "debug, info, warn or error"},
+    {"INBOX_LOG_FORMAT", INBOX_SETTING_STRING, OFF(log_format_name), "text", 0, 0, "text or json (one object per line)"},
 };
 
 static char **str_of(struct inbox_config *cfg, const struct setting *s)
@@ -78,7 +78,7 @@ static const struct setting *find(const char *name)
 
 static int apply(struct inbox_config *cfg, const struct setting *s, const char *value, char *err, size_t errlen)
 {
-    if (s->kind == STR) {
+    if (s->kind == INBOX_SETTING_STRING) {
         free(*str_of(cfg, s));
         *str_of(cfg, s) = xstrdup(value);
         return 0;
@@ -218,7 +218,7 @@ int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **ar
     log_format_early(envp, "INBOX_LOG_FORMAT", NULL);
     cfg->command = xstrdup("run");
     for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
-        if (settings[i].kind == STR)
+        if (settings[i].kind == INBOX_SETTING_STRING)
             *str_of(cfg, &settings[i]) = xstrdup(settings[i].def);
         else
             *int_of(cfg, &settings[i]) = atoi(settings[i].def);
@@ -251,7 +251,7 @@ int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **ar
 void inbox_config_destroy(struct inbox_config *cfg)
 {
     for (size_t i = 0; i < ARRAY_LEN(settings); i++)
-        if (settings[i].kind == STR) {
+        if (settings[i].kind == INBOX_SETTING_STRING) {
             free(*str_of(cfg, &settings[i]));
             *str_of(cfg, &settings[i]) = NULL;
         }
@@ -282,7 +282,7 @@ void inbox_config_print_markdown(FILE *out)
     fprintf(out, "| env | default | meaning |\n|---|---|---|\n");
     for (size_t i = 0; i < ARRAY_LEN(settings); i++) {
         const struct setting *s = &settings[i];
-        if (s->kind == INT)
+        if (s->kind == INBOX_SETTING_INT)
             fprintf(out, "| %s | %s | %s (%ld..%ld) |\n", s->env, s->def, s->help, s->min, s->max);
         else
             fprintf(out, "| %s | %s%s%s | %s |\n", s->env, s->def[0] ? "`" : "", s->def, s->def[0] ? "`" : "",

@@ -426,9 +426,6 @@ start_inbox() {
     eval "RELAY_PID_$name=$pid HTTP_PORT_$name=$port"
 }
 
-    done
-}
-
 # proxied_kafka: a real Kafka broker of this test's own whose every client connection goes
 # through the project's fault proxy (test/tools/fault_proxy.c, loopback only, exits by itself
 # after PROXY_DEADLINE seconds, default 600); BOOTSTRAP becomes the proxy's address,

@@ -1,0 +1,349 @@
+/* One message (inbox_int.h): its dedupe key and fields, the apply transaction (a batch in
+ * one pipeline), retries, dead letters, and the offsets stored after the commit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "inbox_int.h"
+#include "log.h"
+#include <time.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "dedupe.h"
+#include "pgconn.h"
+
+void inbox_incoming_init(struct incoming *in, rd_kafka_message_t *m, const struct inbox_config *cfg)
+{
+    memset(in, 0, sizeof(*in));
+    in->m = m;
+    strbuf_init(&in->key);
+    in->topic = rd_kafka_topic_name(m->rkt);
+    snprintf(in->partition, sizeof(in->partition), "%d", (int)m->partition);
+    snprintf(in->offset, sizeof(in->offset), "%lld", (long long)m->offset);
+    snprintf(in->received, sizeof(in->received), "%lld", (long long)wall_ms());
+    if (rd_kafka_message_headers(m, &in->hdrs) != 0)
+        in->hdrs = NULL;
+    in->event_id = inbox_event_id(cfg, in->hdrs);
+    in->event_type = inbox_header(in->hdrs, "event_type");
+    if (!in->event_type) /* a CloudEvents producer's */
+        in->event_type = inbox_header(in->hdrs, "ce_type");
+    json_t *h = json_object();
+    const char *name;
+    const void *val;
+    size_t len;
+    for (size_t i = 0; in->hdrs && rd_kafka_header_get_all(in->hdrs, i, &name, &val, &len) == 0; i++) {
+        json_t *v = val ? json_stringn(val, len) : json_null();
+        json_object_set_new(h, name, v ? v : json_null()); /* not UTF-8: null */
+    }
+    in->headers_json = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    if (m->payload && m->len) {
+        in->payload = xstrndup(m->payload, m->len);
+        in->payload_doc = json_loadb(m->payload, m->len, JSON_DECODE_ANY, NULL);
+    }
+    if (inbox_dedupe_key(cfg, in->hdrs, in->payload_doc, &in->key, in->why, sizeof(in->why)) != 0)
+        in->unusable = in->why;
+    else if (in->payload && !in->payload_doc)
+        in->unusable = "the value is not JSON (the handler takes jsonb)";
+}
+
+void inbox_incoming_destroy(struct incoming *in)
+{
+    free(in->event_id);
+    free(in->event_type);
+    free(in->headers_json);
+    free(in->payload);
+    json_decref(in->payload_doc);
+    strbuf_destroy(&in->key);
+}
+
+/* The insert's parameters: key, handler, event id, type, topic, partition, offset,
+ * attempts, received, error. */
+static void insert_params(const struct inbox *ib, const struct incoming *in, const char *attempts, const char *error,
+                          const char **params)
+{
+    params[0] = in->key.buf;
+    params[1] = ib->cfg->name;
+    params[2] = in->event_id;
+    params[3] = in->event_type;
+    params[4] = in->topic;
+    params[5] = in->partition;
+    params[6] = in->offset;
+    params[7] = attempts;
+    params[8] = in->received;
+    params[9] = error;
+}
+
+/* One transaction for in[0..n), sent in one pipeline (one round trip, one WAL flush):
+ * BEGIN, per message the apply statement (its dedupe record, and the handler if the record
+ * is new), COMMIT. INBOX_DONE_APPLIED: all committed (fresh[i] says which were applied).
+ * INBOX_RETRY_HANDLER: message *bad failed and nothing was committed (the caller commits the
+ * ones before it in a shorter run, then retries that one alone: the order of effects stays
+ * the order of messages). INBOX_RETRY_TRANSIENT: nothing committed, nothing said about the
+ * messages. */
+static enum inbox_outcome apply_run(struct inbox *ib, struct incoming *in, int n, int attempt, int *fresh, int *bad)
+{
+    char attempts[16];
+    snprintf(attempts, sizeof(attempts), "%d", attempt + 1);
+    int transient = 0;
+    int64_t t0 = mono_us();
+    if (!ib->prepared) {
+        PGresult *res = PQprepare(ib->conn, "inbox_apply", ib->apply_sql, 14, NULL);
+        int ok = pgconn_result_ok(res);
+        if (!ok)
+            inbox_failure(ib, res, &transient);
+        PQclear(res);
+        if (!ok)
+            return transient ? INBOX_RETRY_TRANSIENT : INBOX_RETRY_HANDLER;
+        ib->prepared = 1;
+    }
+    memset(fresh, 0, (size_t)n * sizeof(*fresh));
+    char **keys = xcalloc((size_t)n, sizeof(*keys));
+    int sent = PQenterPipelineMode(ib->conn) && PQsendQueryParams(ib->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
+    for (int i = 0; sent && i < n; i++) {
+        const char *params[14];
+        insert_params(ib, &in[i], attempts, NULL, params);
+        keys[i] = in[i].m->key ? xstrndup(in[i].m->key, in[i].m->key_len) : NULL;
+        params[9] = in[i].event_id && inbox_is_uuid(in[i].event_id) ? in[i].event_id : NULL;
+        params[10] = in[i].event_type;
+        params[11] = keys[i];
+        params[12] = in[i].payload_doc ? in[i].payload : NULL;
+        params[13] = in[i].headers_json;
+        sent = PQsendQueryPrepared(ib->conn, "inbox_apply", 14, params, NULL, NULL, 0);
+    }
+    sent = sent && PQsendQueryParams(ib->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(ib->conn);
+    for (int i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    /* results: BEGIN, n applies, COMMIT, each followed by NULL; then the sync */
+    int failed = !sent, step = 0, synced = 0;
+    *bad = -1;
+    if (!sent)
+        inbox_failure(ib, NULL, &transient);
+    while (sent && !synced) {
+        PGresult *res = PQgetResult(ib->conn);
+        if (!res) {
+            if (PQstatus(ib->conn) != CONNECTION_OK) {
+                failed = 1;
+                inbox_failure(ib, NULL, &transient);
+                break;
+            }
+            step++;
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            synced = 1;
+        } else if (st == PGRES_PIPELINE_ABORTED) {
+            failed = 1;
+        } else if (!pgconn_result_ok(res)) {
+            if (!failed) { /* the first error: later statements are aborted */
+                inbox_failure(ib, res, &transient);
+                *bad = step >= 1 && step <= n ? step - 1 : -1;
+            }
+            failed = 1;
+        } else if (step >= 1 && step <= n) {
+            fresh[step - 1] = PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) == 1;
+        }
+        PQclear(res);
+    }
+    if (PQpipelineStatus(ib->conn) != PQ_PIPELINE_OFF && !PQexitPipelineMode(ib->conn) && !failed) {
+        failed = 1;
+        inbox_failure(ib, NULL, &transient);
+    }
+    if (failed) {
+        inbox_rollback(ib);
+        if (*bad < 0) /* BEGIN or COMMIT failed, or the connection: nothing about a message */
+            transient = 1;
+        return transient ? INBOX_RETRY_TRANSIENT : INBOX_RETRY_HANDLER;
+    }
+    ib->committed += n;
+#ifdef OUTBOX_TEST_HOOKS
+    if (ib->kill_after_commit && ib->committed >= ib->kill_after_commit) {
+        log_warn("test hook: SIGKILL after a commit (%ld messages committed), before storing the offsets",
+                 ib->committed);
+        raise(SIGKILL);
+    }
+#endif
+    double per_message = (double)(mono_us() - t0) / 1e6 / n;
+    for (int i = 0; i < n; i++) {
+        ib->messages[fresh[i] ? INBOX_APPLIED : INBOX_DUPLICATE]++;
+        if (!fresh[i]) {
+            log_debug("inbox: %s/%s/%s key %s: duplicate", in[i].topic, in[i].partition, in[i].offset, in[i].key.buf);
+            continue;
+        }
+        histogram_observe(&ib->handler_time, per_message);
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(in[i].m, &tstype);
+        if (ts > 0)
+            histogram_observe(&ib->completion, (double)(wall_ms() - ts) / 1000.0);
+    }
+    return INBOX_DONE_APPLIED;
+}
+
+/* Sends the message to the dead-letter topic (when set) and records it FAILED. 0, or 1
+ * when asked to stop first (the message is then delivered again after a restart). */
+static int dead_letter(struct inbox *ib, struct incoming *in, const char *error, int attempts)
+{
+    if (ib->producer) {
+        for (;;) {
+            rd_kafka_headers_t *h = in->hdrs ? rd_kafka_headers_copy(in->hdrs) : rd_kafka_headers_new(4);
+            rd_kafka_header_add(h, "inbox_error", -1, error, -1);
+            rd_kafka_header_add(h, "inbox_source", -1, in->topic, -1);
+            char where[64], n[16];
+            snprintf(where, sizeof(where), "%s/%s", in->partition, in->offset);
+            snprintf(n, sizeof(n), "%d", attempts);
+            rd_kafka_header_add(h, "inbox_source_offset", -1, where, -1);
+            rd_kafka_header_add(h, "inbox_attempts", -1, n, -1);
+            ib->dlq_done = 0;
+            rd_kafka_resp_err_t e = rd_kafka_producev(
+                ib->producer, RD_KAFKA_V_TOPIC(ib->cfg->dead_letter_topic),
+                RD_KAFKA_V_KEY(in->m->key, in->m->key_len), RD_KAFKA_V_VALUE(in->m->payload, in->m->len),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+            if (e) {
+                rd_kafka_headers_destroy(h);
+                ib->dlq_err = e;
+            } else {
+                while (!ib->dlq_done && !*ib->stop) {
+                    rd_kafka_poll(ib->producer, 100);
+                    inbox_publish(ib, 0);
+                }
+            }
+            if (*ib->stop && !ib->dlq_done)
+                return 1;
+            if (!ib->dlq_err)
+                break;
+            log_warn("dead letter: %s/%s/%s to %s failed: %s; retrying", in->topic, in->partition, in->offset,
+                     ib->cfg->dead_letter_topic, rd_kafka_err2str(ib->dlq_err));
+            if (inbox_pause_ms(ib, ib->cfg->retry_backoff_max_ms))
+                return 1;
+        }
+    }
+    char n[16];
+    snprintf(n, sizeof(n), "%d", attempts);
+    if (!in->key.len) /* no dedupe key: recorded under the message's position */
+        strbuf_printf(&in->key, "%s/%s/%s", in->topic, in->partition, in->offset);
+    const char *params[10];
+    insert_params(ib, in, n, error, params);
+    struct backoff b;
+    backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
+    for (;;) {
+        if (inbox_ensure_connected(ib))
+            return 1;
+        int transient = 0;
+        PGresult *res = inbox_statement(ib, ib->fail_sql, 10, params, &transient);
+        if (res) {
+            PQclear(res);
+            break;
+        }
+        log_warn("dead letter: recording %s/%s/%s as FAILED: %s", in->topic, in->partition, in->offset, ib->last_error);
+        if (inbox_pause_ms(ib, backoff_next(&b)))
+            return 1;
+    }
+    ib->messages[ib->producer ? INBOX_DEAD_LETTERED : INBOX_FAILED]++;
+    log_error("inbox: %s/%s/%s (key %s) %s after %d attempt%s: %s", in->topic, in->partition, in->offset,
+              in->key.buf, ib->producer ? "dead-lettered" : "recorded FAILED", attempts, attempts == 1 ? "" : "s",
+              error);
+    return 0;
+}
+
+/* Applies one message alone, with retries and backoff, dead-lettering it after
+ * INBOX_MAX_ATTEMPTS handler failures (its first failure, in a run, counts). 0 when done,
+ * 1 when asked to stop first. */
+static int handle_one(struct inbox *ib, struct incoming *in, int attempt)
+{
+    struct backoff b;
+    backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
+    for (;;) {
+        if (attempt > 0) {
+            ib->handler_failures++;
+            log_warn("inbox: %s/%s/%s key %s: attempt %d of %d failed: %s", in->topic, in->partition, in->offset,
+                     in->key.buf, attempt, ib->cfg->max_attempts, ib->last_error);
+            if (attempt >= ib->cfg->max_attempts)
+                return dead_letter(ib, in, ib->last_error, attempt);
+            if (inbox_pause_ms(ib, backoff_next(&b)))
+                return 1;
+        }
+        for (;;) {
+            if (inbox_ensure_connected(ib))
+                return 1;
+            int fresh, bad;
+            enum inbox_outcome o = apply_run(ib, in, 1, attempt, &fresh, &bad);
+            if (o == INBOX_DONE_APPLIED)
+                return 0;
+            if (o == INBOX_RETRY_HANDLER)
+                break;
+            ib->transient_errors++;
+            log_warn("inbox: %s/%s/%s: transient error, retrying: %s", in->topic, in->partition, in->offset,
+                     ib->last_error);
+            if (inbox_pause_ms(ib, backoff_next(&b)))
+                return 1;
+        }
+        attempt++;
+    }
+}
+
+/* Applies a batch of messages in order: runs of good messages in one transaction each, a
+ * message without a dedupe key or with a value that is not JSON dead-lettered in its
+ * place. Returns how many (a prefix) are done: their offsets may be stored. */
+int inbox_handle_batch(struct inbox *ib, struct incoming *in, int n)
+{
+    int fresh[INBOX_BATCH_MAX];
+    struct backoff b;
+    backoff_init(&b, ib->cfg->retry_backoff_ms, ib->cfg->retry_backoff_max_ms);
+    int i = 0;
+    while (i < n && !*ib->stop) {
+        if (in[i].unusable) {
+            if (dead_letter(ib, &in[i], in[i].unusable, 0))
+                return i;
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < n && !in[j].unusable)
+            j++;
+        if (inbox_ensure_connected(ib))
+            return i;
+        int bad;
+        enum inbox_outcome o = apply_run(ib, &in[i], j - i, 0, fresh, &bad);
+        if (o == INBOX_DONE_APPLIED) {
+            i = j;
+            backoff_reset(&b);
+        } else if (o == INBOX_RETRY_TRANSIENT) {
+            ib->transient_errors++;
+            log_warn("inbox: transient error, retrying %d messages: %s", j - i, ib->last_error);
+            if (inbox_pause_ms(ib, backoff_next(&b)))
+                return i;
+        } else {
+            /* commit the ones before it (if that fails, start over from i), then take it
+             * alone: its failure in the run was its first attempt */
+            if (bad > 0) {
+                int upto = bad;
+                if (apply_run(ib, &in[i], upto, 0, fresh, &bad) != INBOX_DONE_APPLIED)
+                    continue;
+                i += upto;
+            }
+            if (handle_one(ib, &in[i], 1))
+                return i;
+            i++;
+        }
+    }
+    return i;
+}
+
+/* The offsets after msgs[0..n), all applied: a partition's later message stores over an
+ * earlier one. A partition revoked meanwhile refuses: its new owner reads the message
+ * again, a duplicate. */
+void inbox_store_offsets(struct inbox *ib, rd_kafka_message_t **msgs, int n)
+{
+    if (n == 0)
+        return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    for (int i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition)->offset =
+            msgs[i]->offset + 1;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_store(ib->consumer, l);
+    if (e)
+        log_debug("kafka: offsets not stored: %s", rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}

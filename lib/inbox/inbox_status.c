@@ -1,0 +1,108 @@
+/* outbox-inbox's /metrics and /status, retention, and the pauses that keep them fresh
+ * (inbox_int.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "inbox_int.h"
+#include "log.h"
+#include "pgconn.h"
+
+static const char *const result_names[] = {"applied", "duplicate", "dead_lettered", "failed"};
+
+void inbox_publish(struct inbox *ib, int force)
+{
+    int64_t now = mono_ms();
+    if (!ib->http || (!force && now - ib->last_publish < PUBLISH_EVERY_MS))
+        return;
+    ib->last_publish = now;
+    struct strbuf o;
+    strbuf_init(&o);
+    metrics_head(&o, "inbox_build_info", "gauge", "Build information; always 1.");
+    strbuf_printf(&o, "inbox_build_info{version=\"%s\"} 1\n", OUTBOX_VERSION);
+    metrics_head(&o, "inbox_messages_total", "counter",
+                 "Messages handled, by result: applied, duplicate (an idempotency hit), dead_lettered, failed "
+                 "(recorded FAILED without a dead-letter topic).");
+    for (int r = 0; r < INBOX_RESULTS; r++)
+        strbuf_printf(&o, "inbox_messages_total{result=\"%s\"} %llu\n", result_names[r],
+                      (unsigned long long)ib->messages[r]);
+    metrics_counter(&o, "inbox_handler_failures_total", "Handler attempts that failed (each retry counts).",
+                    ib->handler_failures);
+    metrics_counter(&o, "inbox_transient_errors_total",
+                    "Transient database errors (connection lost, serialization failure, deadlock, read-only), "
+                    "retried without counting an attempt.",
+                    ib->transient_errors);
+    metrics_counter(&o, "inbox_pg_reconnects_total", "PostgreSQL connections made after the first.",
+                    ib->pg_reconnects);
+    metrics_counter(&o, "inbox_retention_deleted_total", "Inbox rows deleted by INBOX_RETENTION.",
+                    ib->retention_deleted);
+    metrics_gauge(&o, "inbox_pg_connected", "1 while connected to PostgreSQL.", ib->conn ? 1 : 0);
+    metrics_gauge(&o, "inbox_assigned_partitions", "Partitions assigned to this consumer.", ib->assigned);
+    metrics_head(&o, "inbox_consumer_lag", "gauge",
+                 "Messages behind the high watermark per assigned partition (librdkafka statistics, every 5 s).");
+    for (int i = 0; i < ib->n_lags; i++) {
+        strbuf_puts(&o, "inbox_consumer_lag{topic=\"");
+        metrics_label_value(&o, ib->lags[i].topic);
+        strbuf_printf(&o, "\",partition=\"%d\"} %lld\n", (int)ib->lags[i].partition, (long long)ib->lags[i].lag);
+    }
+    metrics_histogram(&o, "inbox_completion_seconds",
+                      "From the message's Kafka timestamp (an outbox row's created_at) to the commit applying it.",
+                      &ib->completion);
+    metrics_histogram(&o, "inbox_handler_seconds", "Time of the transaction applying one new message.",
+                      &ib->handler_time);
+
+    json_t *lags = json_array();
+    for (int i = 0; i < ib->n_lags; i++)
+        json_array_append_new(lags, json_pack("{s:s,s:i,s:I}", "topic", ib->lags[i].topic, "partition",
+                                              (int)ib->lags[i].partition, "lag", (json_int_t)ib->lags[i].lag));
+    uint64_t all = ib->messages[INBOX_APPLIED] + ib->messages[INBOX_DUPLICATE] + ib->messages[INBOX_DEAD_LETTERED] + ib->messages[INBOX_FAILED];
+    json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:b,s:i,s:{s:I,s:I,s:I,s:I},s:f,s:o,s:s}", "table", ib->cfg->table,
+                            "handler", ib->cfg->handler, "name", ib->cfg->name, "topics", ib->cfg->topics,
+                            "pg_connected", ib->conn != NULL, "assigned_partitions", ib->assigned, "messages",
+                            "applied", (json_int_t)ib->messages[INBOX_APPLIED], "duplicate", (json_int_t)ib->messages[INBOX_DUPLICATE],
+                            "dead_lettered", (json_int_t)ib->messages[INBOX_DEAD_LETTERED], "failed",
+                            (json_int_t)ib->messages[INBOX_FAILED], "idempotency_hit_rate",
+                            all ? (double)ib->messages[INBOX_DUPLICATE] / (double)all : 0.0, "lag", lags, "last_error",
+                            ib->last_error);
+    char *status = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    json_decref(doc);
+    http_publish(ib->http, o.buf, status ? status : "{}", ib->conn != NULL);
+    free(status);
+    strbuf_destroy(&o);
+}
+
+/* Sleeps ms in short steps, keeping the HTTP snapshot fresh; 1 if asked to stop. */
+int inbox_pause_ms(struct inbox *ib, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    while (!*ib->stop && mono_ms() < until) {
+        inbox_publish(ib, 0);
+        usleep(50000);
+    }
+    return *ib->stop != 0;
+}
+
+
+void inbox_retention(struct inbox *ib)
+{
+    int64_t now = mono_ms();
+    if (!ib->cfg->retention_seconds || now - ib->last_retention < RETENTION_EVERY_MS || inbox_ensure_connected(ib))
+        return;
+    ib->last_retention = now;
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%d", ib->cfg->retention_seconds);
+    const char *params[1] = {secs};
+    for (int round = 0; round < 20; round++) {
+        int transient = 0;
+        PGresult *res = inbox_statement(ib, ib->retention_sql, 1, params, &transient);
+        if (!res) {
+            log_warn("retention: %s", ib->last_error);
+            return;
+        }
+        long n = atol(PQcmdTuples(res));
+        PQclear(res);
+        ib->retention_deleted += (uint64_t)n;
+        if (n < RETENTION_BATCH)
+            return;
+    }
+}
