@@ -126,10 +126,13 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
     }
     free(in);
     log_info("inbox: stopping: committing offsets and leaving the group");
-out:
-    log_info("inbox stopped: %llu applied, %llu duplicates, %llu dead-lettered, %llu failed",
-             (unsigned long long)ib->messages[INBOX_APPLIED], (unsigned long long)ib->messages[INBOX_DUPLICATE],
-             (unsigned long long)ib->messages[INBOX_DEAD_LETTERED], (unsigned long long)ib->messages[INBOX_FAILED]);
+out:;
+    /* the last line, after the consumer's close and the dead-letter flush have logged theirs */
+    uint64_t done[INBOX_RESULTS];
+    memcpy(done, ib->messages, sizeof(done));
     inbox_free(ib);
+    log_info("inbox stopped: %llu applied, %llu duplicates, %llu dead-lettered, %llu failed",
+             (unsigned long long)done[INBOX_APPLIED], (unsigned long long)done[INBOX_DUPLICATE],
+             (unsigned long long)done[INBOX_DEAD_LETTERED], (unsigned long long)done[INBOX_FAILED]);
     return code;
 }

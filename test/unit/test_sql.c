@@ -94,12 +94,15 @@ static void golden(const char *name, char *got)
 
 int main(void)
 {
-    char *mark[] = {"OUTBOX_TABLE=public.outbox", NULL};
+    /* the relay's name is fixed: its default, the host name, is part of application_name */
+    char *mark[] = {"OUTBOX_TABLE=public.outbox", "OUTBOX_RELAY_NAME=golden", NULL};
     golden("native-mark", statements(mark, 0, 1, 1));
     char *del[] = {"OUTBOX_TABLE=app.events", "OUTBOX_ON_SENT=delete", "OUTBOX_POISON_POLICY=skip",
-                   "OUTBOX_TOPIC_TEMPLATE={aggregate_type}.{event_type}", "OUTBOX_NOTIFY_CHANNEL=", NULL};
+                   "OUTBOX_TOPIC_TEMPLATE={aggregate_type}.{event_type}", "OUTBOX_NOTIFY_CHANNEL=",
+                   "OUTBOX_RELAY_NAME=golden", NULL};
     golden("native-delete", statements(del, 1, 0, 0));
-    char *dbz[] = {"OUTBOX_LAYOUT=debezium", "OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,type:header:eventType", NULL};
+    char *dbz[] = {"OUTBOX_LAYOUT=debezium", "OUTBOX_ADDITIONAL_PLACEMENT=tenant:header,type:header:eventType",
+                   "OUTBOX_RELAY_NAME=golden", NULL};
     golden("debezium", statements(dbz, 0, 1, 1));
     return done();
 }
