@@ -122,9 +122,12 @@ int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, si
 /* The current contents of the properties read from files, as one string to compare with an
  * earlier one (caller frees); NULL when no property comes from a file. */
 char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n);
-/* The DSN to connect with: the file's current content when file is set (a rotated secret;
- * an unreadable file: dsn, with a warning naming origin), else dsn. Caller frees. */
-char *config_current_dsn(const char *dsn, const char *file, const char *origin);
+/* Whether those files now hold something else than the snapshot seen (NULL: no file, never). */
+int config_kafka_files_changed(const struct kafka_prop *props, size_t n, const char *seen);
+/* A secret setting's value now: its file's current content when file is set (a rotated
+ * secret; an unreadable file: value, with a warning naming origin), else value. Caller frees.
+ * The DSN files and the Kafka properties read from files both go through it. */
+char *config_current_secret(const char *value, const char *file, const char *origin);
 
 void config_print_help(FILE *out);
 /* Prints the settings table as Markdown (docs/CONFIGURATION.md's reference). */

@@ -45,15 +45,7 @@ void config_kafka_free(struct kafka_prop *props, size_t n)
 /* A property's value now: its file's content when it came from one. Caller frees. */
 static char *kafka_prop_current(const struct kafka_prop *p)
 {
-    if (!p->file)
-        return xstrdup(p->value);
-    char err[512];
-    char *v = config_read_secret(p->file, p->origin, err, sizeof(err));
-    if (!v) {
-        log_warn("%s (the value read before is used)", err);
-        return xstrdup(p->value);
-    }
-    return v;
+    return config_current_secret(p->value, p->file, p->origin);
 }
 
 int config_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err, size_t errlen)
@@ -89,15 +81,25 @@ char *config_kafka_file_snapshot(const struct kafka_prop *props, size_t n)
     return sb.buf;
 }
 
-char *config_current_dsn(const char *dsn, const char *file, const char *origin)
+int config_kafka_files_changed(const struct kafka_prop *props, size_t n, const char *seen)
+{
+    if (!seen)
+        return 0;
+    char *now = config_kafka_file_snapshot(props, n);
+    int changed = now && strcmp(now, seen) != 0;
+    free(now);
+    return changed;
+}
+
+char *config_current_secret(const char *value, const char *file, const char *origin)
 {
     if (!file)
-        return xstrdup(dsn);
+        return xstrdup(value);
     char err[512];
     char *v = config_read_secret(file, origin, err, sizeof(err));
     if (!v) {
-        log_warn("%s (the DSN read before is used)", err);
-        return xstrdup(dsn);
+        log_warn("%s (the value read before is used)", err);
+        return xstrdup(value);
     }
     return v;
 }

@@ -261,7 +261,7 @@ static void reread_dsn(struct pgconn *pg)
 {
     if (!pg->dsn_file)
         return;
-    char *dsn = config_current_dsn(pg->dsn, pg->dsn_file, pg->dsn_origin);
+    char *dsn = config_current_secret(pg->dsn, pg->dsn_file, pg->dsn_origin);
     if (strcmp(dsn, pg->dsn) == 0) {
         free(dsn);
         return;

@@ -181,10 +181,7 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         /* a secret read from a file (OUTBOX_KAFKA_SASL_PASSWORD_FILE) that changed since the
          * producer was made: a rotated password. Recreate the producer, which reads it anew
          * (librdkafka keeps retrying with the old one otherwise). */
-        char *now = sk->secrets_seen ? config_kafka_file_snapshot(sk->cfg->kafka, sk->cfg->n_kafka) : NULL;
-        int changed = now && strcmp(now, sk->secrets_seen) != 0;
-        free(now);
-        if (changed && !sk->fatal_reported) {
+        if (!sk->fatal_reported && config_kafka_files_changed(sk->cfg->kafka, sk->cfg->n_kafka, sk->secrets_seen)) {
             log_info("kafka: a Kafka setting read from a file changed since the producer was made: "
                      "recreating the producer with it");
             sk->fatal_reported = 1;

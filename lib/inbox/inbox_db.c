@@ -14,7 +14,7 @@ PGconn *inbox_connect(const struct inbox_config *cfg)
 {
     /* INBOX_PG_DSN_FILE is read again for every connection: a rotated password is used from
      * the next reconnect on; the handler may rely on the role's search_path (not pinned) */
-    char *dsn = config_current_dsn(cfg->pg_dsn, cfg->pg_dsn_file, "INBOX_PG_DSN_FILE");
+    char *dsn = config_current_secret(cfg->pg_dsn, cfg->pg_dsn_file, "INBOX_PG_DSN_FILE");
     PGconn *conn = pgconn_connect_blocking(dsn, "outbox-inbox", 0);
     free(dsn);
     return conn;

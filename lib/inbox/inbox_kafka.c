@@ -18,13 +18,11 @@ static void kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaqu
     log_error("kafka: authentication failed: %s%s", reason, sink_auth_hint(rd_kafka_conf(rk)));
     /* a secret read from a file (INBOX_KAFKA_SASL_PASSWORD_FILE) changed since the clients
      * were made: a rotated password; the loop makes them again, reading it anew */
-    char *now = ib->kafka_secrets_seen ? config_kafka_file_snapshot(ib->cfg->kafka, ib->cfg->n_kafka) : NULL;
-    if (now && strcmp(now, ib->kafka_secrets_seen) != 0 && !ib->kafka_recreate) {
+    if (!ib->kafka_recreate && config_kafka_files_changed(ib->cfg->kafka, ib->cfg->n_kafka, ib->kafka_secrets_seen)) {
         log_info("kafka: a Kafka setting read from a file changed since the consumer was made: "
                  "making the consumer again with it");
         ib->kafka_recreate = 1;
     }
-    free(now);
 }
 
 /* Consumer lag per partition from librdkafka's statistics (served on the loop's poll). */
