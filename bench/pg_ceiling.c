@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "outbox.h"
-#include "util.h"
+#include "relay/config.h"
+#include "relay/outbox.h"
+#include "core/util.h"
 
 int main(int argc, char **argv)
 {

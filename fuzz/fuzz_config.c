@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "log.h"
+#include "relay/config.h"
+#include "core/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,9 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     env[nenv] = NULL;
     argv[argc] = NULL;
     struct config cfg;
+    struct command cmd;
     char err[512];
-    config_load(&cfg, env, argc, argv, err, sizeof(err));
+    config_load(&cfg, &cmd, env, argc, argv, err, sizeof(err));
     config_destroy(&cfg);
+    command_destroy(&cmd);
     for (int i = 0; i < nenv; i++)
         free(env[i]);
     free(text);

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "message.h"
-#include "outbox.h"
+#include "relay/config.h"
+#include "relay/message.h"
+#include "relay/outbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

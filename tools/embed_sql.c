@@ -21,7 +21,7 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(out, "/* Generated from schema/ by tools/embed_sql.c; do not edit. */\n"
-                 "#include \"schema.h\"\n\nconst struct schema_file schema_files[] = {\n");
+                 "#include \"relay/schema.h\"\n\nconst struct schema_file schema_files[] = {\n");
     for (int i = 2; i < argc; i++) {
         FILE *in = fopen(argv[i], "r");
         if (!in) {

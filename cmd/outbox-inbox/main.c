@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
-#include "inbox.h"
-#include "inbox_config.h"
-#include "log.h"
-#include "sink.h"
+#include "core/http.h"
+#include "inbox/inbox.h"
+#include "inbox/inbox_config.h"
+#include "core/log.h"
+#include "core/kafka.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "dev"
@@ -44,7 +44,7 @@ static int check_config(const struct inbox_config *cfg)
         return OUTBOX_EXIT_FAILED;
     }
     log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
-    return sink_check_reachable(cfg->kafka, cfg->n_kafka) == 0 ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
+    return kafka_check_reachable(cfg->kafka, cfg->n_kafka) == 0 ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
 
 static int migrate(const struct inbox_config *cfg)

@@ -8,16 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin.h"
-#include "audit.h"
-#include "replay.h"
-#include "config.h"
-#include "http.h"
-#include "log.h"
-#include "pgconn.h"
-#include "relay.h"
-#include "schema.h"
-#include "sink.h"
+#include "relay/admin.h"
+#include "relay/audit.h"
+#include "relay/replay.h"
+#include "relay/config.h"
+#include "core/http.h"
+#include "core/log.h"
+#include "relay/pgconn.h"
+#include "relay/relay.h"
+#include "relay/schema.h"
+#include "core/kafka.h"
+#include "sink/sink.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "dev"
@@ -114,53 +115,23 @@ static int migrate(const struct config *cfg)
     return OUTBOX_EXIT_OK;
 }
 
-static int admin(const struct config *cfg)
-{
-    PGconn *conn = connect_blocking(cfg);
-    if (!conn)
-        return OUTBOX_EXIT_FAILED;
-    char err[1024];
-    int rc;
-    if (strcmp(cfg->command, "status") == 0)
-        rc = admin_status(conn, cfg, stdout, err, sizeof(err));
-    else if (strcmp(cfg->command, "requeue") == 0)
-        rc = admin_requeue(conn, cfg, stdout, err, sizeof(err));
-    else
-        rc = admin_purge(conn, cfg, stdout, err, sizeof(err));
-    PQfinish(conn);
-    if (rc != 0) {
-        log_error("%s: %s", cfg->command, err);
-        return OUTBOX_EXIT_FAILED;
-    }
-    return OUTBOX_EXIT_OK;
-}
+/* A command that works on one blocking connection: its exit status (a -1 from the command is
+ * FAILED), or unreachable when PostgreSQL cannot be reached. */
+typedef int (*command_fn)(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out,
+                          char *err, size_t errlen);
 
-static int replay(const struct config *cfg)
+static int on_connection(const struct config *cfg, const struct command *cmd, command_fn fn, int unreachable)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return OUTBOX_EXIT_FAILED;
+        return unreachable;
     char err[1024];
-    int rc = replay_run(conn, cfg, stdout, err, sizeof(err));
+    int rc = fn(conn, cfg, cmd, stdout, err, sizeof(err));
     PQfinish(conn);
     if (rc != 0)
-        log_error("replay: %s", err);
-    return rc;
+        log_error("%s: %s", cmd->name, err);
+    return rc < 0 ? OUTBOX_EXIT_FAILED : rc;
 }
-
-static int audit(const struct config *cfg)
-{
-    PGconn *conn = connect_blocking(cfg);
-    if (!conn)
-        return OUTBOX_EXIT_USAGE; /* audit: it cannot tell */
-    char err[1024];
-    int rc = audit_run(conn, cfg, stdout, err, sizeof(err));
-    PQfinish(conn);
-    if (rc != 0)
-        log_error("audit: %s", err);
-    return rc;
-}
-
 
 /* Reaches PostgreSQL and Kafka once: OK if both answer, FAILED otherwise. */
 static int check_config(const struct config *cfg)
@@ -173,7 +144,7 @@ static int check_config(const struct config *cfg)
     } else {
         reached = 0;
     }
-    if (sink_check_reachable(cfg->kafka, cfg->n_kafka) != 0)
+    if (kafka_check_reachable(cfg->kafka, cfg->n_kafka) != 0)
         reached = 0;
     return reached ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
@@ -181,34 +152,40 @@ static int check_config(const struct config *cfg)
 int main(int argc, char **argv)
 {
     struct config cfg;
+    struct command cmd;
     char err[1024];
-    if (config_load(&cfg, environ, argc, argv, err, sizeof(err)) != 0) {
+    if (config_load(&cfg, &cmd, environ, argc, argv, err, sizeof(err)) != 0) {
         fprintf(stderr, "outbox-relay: %s\n", err);
         config_destroy(&cfg);
+        command_destroy(&cmd);
         return OUTBOX_EXIT_USAGE;
     }
     int code = OUTBOX_EXIT_OK;
-    if (cfg.show_help == 2) {
+    if (cmd.show_help == 2) {
         config_print_markdown(stdout);
-    } else if (cfg.show_help) {
+    } else if (cmd.show_help) {
         config_print_help(stdout);
-    } else if (cfg.show_version) {
+    } else if (cmd.show_version) {
         printf("outbox-relay %s (librdkafka %s, libpq %d.%d, schema version %d)\n", OUTBOX_VERSION,
                rd_kafka_version_str(), PQlibVersion() / 10000, PQlibVersion() % 100, schema_version());
     } else {
         log_setup(cfg.log_level, cfg.log_format);
-        if (cfg.check_config)
+        if (cmd.check_config)
             code = check_config(&cfg);
-        else if (strcmp(cfg.command, "migrate") == 0)
+        else if (strcmp(cmd.name, "migrate") == 0)
             code = migrate(&cfg);
-        else if (strcmp(cfg.command, "replay") == 0)
-            code = replay(&cfg);
-        else if (strcmp(cfg.command, "audit") == 0)
-            code = audit(&cfg);
-        else if (strcmp(cfg.command, "healthcheck") == 0)
+        else if (strcmp(cmd.name, "replay") == 0)
+            code = on_connection(&cfg, &cmd, replay_run, OUTBOX_EXIT_FAILED);
+        else if (strcmp(cmd.name, "audit") == 0) /* unreachable: it cannot tell */
+            code = on_connection(&cfg, &cmd, audit_run, OUTBOX_EXIT_USAGE);
+        else if (strcmp(cmd.name, "healthcheck") == 0)
             code = http_healthcheck(cfg.http_addr, "OUTBOX_HTTP_ADDR");
-        else if (strcmp(cfg.command, "run") != 0)
-            code = admin(&cfg);
+        else if (strcmp(cmd.name, "status") == 0)
+            code = on_connection(&cfg, &cmd, admin_status, OUTBOX_EXIT_FAILED);
+        else if (strcmp(cmd.name, "requeue") == 0)
+            code = on_connection(&cfg, &cmd, admin_requeue, OUTBOX_EXIT_FAILED);
+        else if (strcmp(cmd.name, "purge") == 0)
+            code = on_connection(&cfg, &cmd, admin_purge, OUTBOX_EXIT_FAILED);
         else {
             struct sigaction sa;
             memset(&sa, 0, sizeof(sa));
@@ -219,5 +196,6 @@ int main(int argc, char **argv)
         }
     }
     config_destroy(&cfg);
+    command_destroy(&cmd);
     return code;
 }

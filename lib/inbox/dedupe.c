@@ -1,5 +1,5 @@
 /* Dedupe keys and the small parsing they need. */
-#include "dedupe.h"
+#include "inbox/dedupe.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +43,11 @@ json_t *inbox_json_pointer(json_t *doc, const char *pointer)
     }
 }
 
-char *inbox_header(rd_kafka_headers_t *hdrs, const char *name)
+char *inbox_header(const struct source_msg *m, const char *name)
 {
-    const void *val = NULL;
     size_t len = 0;
-    if (!hdrs || rd_kafka_header_get_last(hdrs, name, &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !val)
+    const char *val = m ? source_header_last(m, name, &len) : NULL;
+    if (!val)
         return NULL;
     if (memchr(val, '\0', len))
         return NULL; /* a header value that is not text cannot be a key */
@@ -67,9 +67,9 @@ int inbox_is_uuid(const char *s)
 }
 
 /* A header's value when present and not empty (caller frees), else NULL. */
-static char *nonempty_header(rd_kafka_headers_t *hdrs, const char *name)
+static char *nonempty_header(const struct source_msg *m, const char *name)
 {
-    char *v = inbox_header(hdrs, name);
+    char *v = inbox_header(m, name);
     if (v && !*v) {
         free(v);
         v = NULL;
@@ -77,15 +77,15 @@ static char *nonempty_header(rd_kafka_headers_t *hdrs, const char *name)
     return v;
 }
 
-char *inbox_event_id(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs)
+char *inbox_event_id(const struct inbox_config *cfg, const struct source_msg *m)
 {
     if (strcmp(cfg->event_id_header, "auto") != 0)
-        return nonempty_header(hdrs, cfg->event_id_header);
-    char *id = nonempty_header(hdrs, "event_id");
+        return nonempty_header(m, cfg->event_id_header);
+    char *id = nonempty_header(m, "event_id");
     if (!id)
-        id = nonempty_header(hdrs, "id");
+        id = nonempty_header(m, "id");
     if (!id)
-        id = nonempty_header(hdrs, "ce_id");
+        id = nonempty_header(m, "ce_id");
     return id;
 }
 
@@ -94,13 +94,13 @@ char *inbox_event_id(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs)
  * the id alone; the array keeps "a/b"+"c" apart from "a"+"b/c"). The order is fixed so that a
  * producer turning CloudEvents on (this relay keeps event_id or id beside the ce_ headers)
  * does not change the key of an event redelivered across the switch. */
-static int identity_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, struct strbuf *out,
+static int identity_key(const struct inbox_config *cfg, const struct source_msg *m, struct strbuf *out,
                         char *why, size_t whylen)
 {
     int autodetect = strcmp(cfg->event_id_header, "auto") == 0;
-    char *id = nonempty_header(hdrs, autodetect ? "event_id" : cfg->event_id_header);
+    char *id = nonempty_header(m, autodetect ? "event_id" : cfg->event_id_header);
     if (!id && autodetect)
-        id = nonempty_header(hdrs, "id");
+        id = nonempty_header(m, "id");
     if (id) {
         strbuf_puts(out, id);
         free(id);
@@ -108,7 +108,7 @@ static int identity_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs
     }
     if (!autodetect)
         return set_err(why, whylen, "no dedupe key: the message has no '%s' header", cfg->event_id_header);
-    char *source = nonempty_header(hdrs, "ce_source"), *ce_id = nonempty_header(hdrs, "ce_id");
+    char *source = nonempty_header(m, "ce_source"), *ce_id = nonempty_header(m, "ce_id");
     char *text = NULL;
     if (source && ce_id) {
         json_t *pair = json_pack("[ss]", source, ce_id);
@@ -125,12 +125,12 @@ static int identity_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs
     return 0;
 }
 
-int inbox_dedupe_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, json_t *payload,
+int inbox_dedupe_key(const struct inbox_config *cfg, const struct source_msg *m, json_t *payload,
                      struct strbuf *out, char *why, size_t whylen)
 {
     strbuf_reset(out);
     if (cfg->n_key_parts == 0)
-        return identity_key(cfg, hdrs, out, why, whylen);
+        return identity_key(cfg, m, out, why, whylen);
     json_t *parts = json_array();
     for (int i = 0; i < cfg->n_key_parts; i++) {
         const struct inbox_key_part *kp = &cfg->key_parts[i];
@@ -143,7 +143,7 @@ int inbox_dedupe_key(const struct inbox_config *cfg, rd_kafka_headers_t *hdrs, j
             }
             json_array_append(parts, v);
         } else {
-            char *h = inbox_header(hdrs, kp->name);
+            char *h = inbox_header(m, kp->name);
             if (!h) {
                 json_decref(parts);
                 return set_err(why, whylen, "no dedupe key: the message has no '%s' header", kp->name);

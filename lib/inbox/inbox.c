@@ -10,14 +10,13 @@
  * the commit and the store redelivers the message, which is then a duplicate. libpq is
  * used blocking: nothing else needs the thread while a message is applied, and the
  * consumer's poll paces the loop. */
-#include "inbox.h"
+#include "inbox/inbox.h"
 
-#include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "inbox_int.h"
-#include "log.h"
+#include "inbox/inbox_int.h"
+#include "core/log.h"
 
 static const double completion_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
 static const double handler_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
@@ -36,22 +35,14 @@ struct inbox *inbox_new(const struct inbox_config *cfg, volatile sig_atomic_t *s
     return ib;
 }
 
-/* Closes the consumer (committing the stored offsets and leaving the group), flushes the
- * dead-letter producer, and frees everything. */
+/* Closes the source (committing what was applied, leaving the group, flushing the dead
+ * letters), and frees everything. */
 void inbox_free(struct inbox *ib)
 {
     if (!ib)
         return;
-    if (ib->consumer) {
-        rd_kafka_resp_err_t e = rd_kafka_consumer_close(ib->consumer);
-        if (e)
-            log_warn("kafka: closing the consumer: %s", rd_kafka_err2str(e));
-        rd_kafka_destroy(ib->consumer);
-    }
-    if (ib->producer) {
-        rd_kafka_flush(ib->producer, 5000);
-        rd_kafka_destroy(ib->producer);
-    }
+    if (ib->src)
+        ib->src->ops->free(ib->src);
     if (ib->conn)
         PQfinish(ib->conn);
     http_free(ib->http);
@@ -59,7 +50,6 @@ void inbox_free(struct inbox *ib)
     free(ib->fail_sql);
     free(ib->function);
     free(ib->retention_sql);
-    free(ib->kafka_secrets_seen);
     free(ib);
 }
 
@@ -83,21 +73,21 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
         goto out;
     }
     inbox_build_statements(ib);
-    if (inbox_make_kafka(ib, err, sizeof(err)) != 0) {
+    if (!(ib->src = source_new(cfg, err, sizeof(err)))) {
         log_error("%s", err);
         code = OUTBOX_EXIT_USAGE;
         goto out;
     }
     log_info("inbox: consuming %s in group %s into %s with %s (dedupe key: %s)", cfg->topics,
-             inbox_has_prop(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>", cfg->table,
+             inbox_config_has_kafka(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>", cfg->table,
              cfg->handler, cfg->n_key_parts ? cfg->dedupe_key
                            : strcmp(cfg->event_id_header, "auto") == 0 ? "event_id, else id, else ce_source + ce_id"
                                                                         : cfg->event_id_header);
     ib->last_retention = mono_ms() - RETENTION_EVERY_MS + 5000;
-    rd_kafka_message_t *batch[INBOX_BATCH_MAX];
+    struct source_msg batch[INBOX_BATCH_MAX];
     struct incoming *in = xcalloc(INBOX_BATCH_MAX, sizeof(*in));
     while (!*stop) {
-        if (ib->kafka_recreate && inbox_remake_kafka(ib, err, sizeof(err)) != 0) {
+        if (ib->src->ops->remake_wanted(ib->src) && ib->src->ops->remake(ib->src, err, sizeof(err)) != 0) {
             log_error("%s", err);
             code = OUTBOX_EXIT_USAGE;
             break;
@@ -105,24 +95,14 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
         inbox_publish(ib, 0);
         inbox_retention(ib);
         /* a batch: what the consumer has ready, up to INBOX_BATCH_SIZE, waiting only for the first */
-        int n = 0;
-        for (rd_kafka_message_t *m; n < cfg->batch_size && (m = rd_kafka_consumer_poll(ib->consumer, n ? 0 : 200));) {
-            if (!m->err) {
-                batch[n++] = m;
-                continue;
-            }
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                log_warn("kafka: %s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-        }
+        int n = ib->src->ops->poll(ib->src, batch, cfg->batch_size, 200);
         for (int i = 0; i < n; i++)
-            inbox_incoming_init(&in[i], batch[i], cfg);
+            inbox_incoming_init(&in[i], &batch[i], cfg);
         int done = inbox_handle_batch(ib, in, n);
-        inbox_store_offsets(ib, batch, done);
-        for (int i = 0; i < n; i++) {
+        ib->src->ops->done(ib->src, batch, done);
+        for (int i = 0; i < n; i++)
             inbox_incoming_destroy(&in[i]);
-            rd_kafka_message_destroy(batch[i]);
-        }
+        ib->src->ops->release(ib->src, batch, n);
     }
     free(in);
     log_info("inbox: stopping: committing offsets and leaving the group");

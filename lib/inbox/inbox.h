@@ -6,7 +6,7 @@
 #include <libpq-fe.h>
 #include <signal.h>
 
-#include "inbox_config.h"
+#include "inbox/inbox_config.h"
 
 /* Creates the inbox table (and its index) when missing, under an advisory lock; safe to
  * run from many processes at once. 0, or -1 with err. */

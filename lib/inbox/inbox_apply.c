@@ -3,45 +3,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inbox_int.h"
-#include "log.h"
+#include "inbox/inbox_int.h"
+#include "core/log.h"
 #include <time.h>
 #include <unistd.h>
 
-#include "backoff.h"
-#include "dedupe.h"
-#include "pgconn.h"
+#include "core/backoff.h"
+#include "inbox/dedupe.h"
+#include "relay/pgconn.h"
 
-void inbox_incoming_init(struct incoming *in, rd_kafka_message_t *m, const struct inbox_config *cfg)
+void inbox_incoming_init(struct incoming *in, const struct source_msg *m, const struct inbox_config *cfg)
 {
     memset(in, 0, sizeof(*in));
     in->m = m;
     strbuf_init(&in->key);
-    in->topic = rd_kafka_topic_name(m->rkt);
+    in->topic = m->topic;
     snprintf(in->partition, sizeof(in->partition), "%d", (int)m->partition);
     snprintf(in->offset, sizeof(in->offset), "%lld", (long long)m->offset);
     snprintf(in->received, sizeof(in->received), "%lld", (long long)wall_ms());
-    if (rd_kafka_message_headers(m, &in->hdrs) != 0)
-        in->hdrs = NULL;
-    in->event_id = inbox_event_id(cfg, in->hdrs);
-    in->event_type = inbox_header(in->hdrs, "event_type");
+    in->event_id = inbox_event_id(cfg, m);
+    in->event_type = inbox_header(m, "event_type");
     if (!in->event_type) /* a CloudEvents producer's */
-        in->event_type = inbox_header(in->hdrs, "ce_type");
+        in->event_type = inbox_header(m, "ce_type");
     json_t *h = json_object();
-    const char *name;
-    const void *val;
-    size_t len;
-    for (size_t i = 0; in->hdrs && rd_kafka_header_get_all(in->hdrs, i, &name, &val, &len) == 0; i++) {
-        json_t *v = val ? json_stringn(val, len) : json_null();
-        json_object_set_new(h, name, v ? v : json_null()); /* not UTF-8: null */
+    for (size_t i = 0; i < m->n_headers; i++) {
+        const struct source_header *sh = &m->headers[i];
+        json_t *v = sh->value ? json_stringn(sh->value, sh->len) : json_null();
+        json_object_set_new(h, sh->name, v ? v : json_null()); /* not UTF-8: null */
     }
     in->headers_json = json_dumps(h, JSON_COMPACT);
     json_decref(h);
-    if (m->payload && m->len) {
-        in->payload = xstrndup(m->payload, m->len);
-        in->payload_doc = json_loadb(m->payload, m->len, JSON_DECODE_ANY, NULL);
+    if (m->value && m->value_len) {
+        in->payload = xstrndup(m->value, m->value_len);
+        in->payload_doc = json_loadb(m->value, m->value_len, JSON_DECODE_ANY, NULL);
     }
-    if (inbox_dedupe_key(cfg, in->hdrs, in->payload_doc, &in->key, in->why, sizeof(in->why)) != 0)
+    if (inbox_dedupe_key(cfg, m, in->payload_doc, &in->key, in->why, sizeof(in->why)) != 0)
         in->unusable = in->why;
     else if (in->payload && !in->payload_doc)
         in->unusable = "the value is not JSON (the handler takes jsonb)";
@@ -173,51 +169,46 @@ static enum inbox_outcome apply_run(struct inbox *ib, struct incoming *in, int n
             continue;
         }
         histogram_observe(&ib->handler_time, per_message);
-        rd_kafka_timestamp_type_t tstype;
-        int64_t ts = rd_kafka_message_timestamp(in[i].m, &tstype);
+        int64_t ts = in[i].m->timestamp_ms;
         if (ts > 0)
             histogram_observe(&ib->completion, (double)(wall_ms() - ts) / 1000.0);
     }
     return INBOX_DONE_APPLIED;
 }
 
+/* Between looks for the dead letter's answer: /metrics stays fresh; 1 when asked to stop. */
+static int dead_letter_wait(void *ctx)
+{
+    struct inbox *ib = ctx;
+    inbox_publish(ib, 0);
+    return *ib->stop != 0;
+}
+
 /* Sends the message to the dead-letter topic (when set) and records it FAILED. 0, or 1
  * when asked to stop first (the message is then delivered again after a restart). */
 static int dead_letter(struct inbox *ib, struct incoming *in, const char *error, int attempts)
 {
-    if (ib->producer) {
-        for (;;) {
-            rd_kafka_headers_t *h = in->hdrs ? rd_kafka_headers_copy(in->hdrs) : rd_kafka_headers_new(4);
-            rd_kafka_header_add(h, "inbox_error", -1, error, -1);
-            rd_kafka_header_add(h, "inbox_source", -1, in->topic, -1);
-            char where[64], n[16];
-            snprintf(where, sizeof(where), "%s/%s", in->partition, in->offset);
-            snprintf(n, sizeof(n), "%d", attempts);
-            rd_kafka_header_add(h, "inbox_source_offset", -1, where, -1);
-            rd_kafka_header_add(h, "inbox_attempts", -1, n, -1);
-            ib->dlq_done = 0;
-            rd_kafka_resp_err_t e = rd_kafka_producev(
-                ib->producer, RD_KAFKA_V_TOPIC(ib->cfg->dead_letter_topic),
-                RD_KAFKA_V_KEY(in->m->key, in->m->key_len), RD_KAFKA_V_VALUE(in->m->payload, in->m->len),
-                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
-            if (e) {
-                rd_kafka_headers_destroy(h);
-                ib->dlq_err = e;
-            } else {
-                while (!ib->dlq_done && !*ib->stop) {
-                    rd_kafka_poll(ib->producer, 100);
-                    inbox_publish(ib, 0);
-                }
-            }
-            if (*ib->stop && !ib->dlq_done)
-                return 1;
-            if (!ib->dlq_err)
-                break;
-            log_warn("dead letter: %s/%s/%s to %s failed: %s; retrying", in->topic, in->partition, in->offset,
-                     ib->cfg->dead_letter_topic, rd_kafka_err2str(ib->dlq_err));
-            if (inbox_pause_ms(ib, ib->cfg->retry_backoff_max_ms))
-                return 1;
-        }
+    int dead_lettered = ib->cfg->dead_letter_topic[0] != '\0';
+    while (dead_lettered) {
+        char where[64], n[16], why[512];
+        snprintf(where, sizeof(where), "%s/%s", in->partition, in->offset);
+        snprintf(n, sizeof(n), "%d", attempts);
+        const struct source_header extra[] = {
+            {"inbox_error", error, strlen(error)},
+            {"inbox_source", in->topic, strlen(in->topic)},
+            {"inbox_source_offset", where, strlen(where)},
+            {"inbox_attempts", n, strlen(n)},
+        };
+        int rc = ib->src->ops->dead_letter(ib->src, in->m, extra, ARRAY_LEN(extra), dead_letter_wait, ib, why,
+                                           sizeof(why));
+        if (rc == 1 || (rc < 0 && *ib->stop))
+            return 1;
+        if (rc == 0)
+            break;
+        log_warn("dead letter: %s/%s/%s to %s failed: %s; retrying", in->topic, in->partition, in->offset,
+                 ib->cfg->dead_letter_topic, why);
+        if (inbox_pause_ms(ib, ib->cfg->retry_backoff_max_ms))
+            return 1;
     }
     char n[16];
     snprintf(n, sizeof(n), "%d", attempts);
@@ -240,9 +231,9 @@ static int dead_letter(struct inbox *ib, struct incoming *in, const char *error,
         if (inbox_pause_ms(ib, backoff_next(&b)))
             return 1;
     }
-    ib->messages[ib->producer ? INBOX_DEAD_LETTERED : INBOX_FAILED]++;
+    ib->messages[dead_lettered ? INBOX_DEAD_LETTERED : INBOX_FAILED]++;
     log_error("inbox: %s/%s/%s (key %s) %s after %d attempt%s: %s", in->topic, in->partition, in->offset,
-              in->key.buf, ib->producer ? "dead-lettered" : "recorded FAILED", attempts, attempts == 1 ? "" : "s",
+              in->key.buf, dead_lettered ? "dead-lettered" : "recorded FAILED", attempts, attempts == 1 ? "" : "s",
               error);
     return 0;
 }
@@ -329,21 +320,4 @@ int inbox_handle_batch(struct inbox *ib, struct incoming *in, int n)
         }
     }
     return i;
-}
-
-/* The offsets after msgs[0..n), all applied: a partition's later message stores over an
- * earlier one. A partition revoked meanwhile refuses: its new owner reads the message
- * again, a duplicate. */
-void inbox_store_offsets(struct inbox *ib, rd_kafka_message_t **msgs, int n)
-{
-    if (n == 0)
-        return;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
-    for (int i = 0; i < n; i++)
-        rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition)->offset =
-            msgs[i]->offset + 1;
-    rd_kafka_resp_err_t e = rd_kafka_offsets_store(ib->consumer, l);
-    if (e)
-        log_debug("kafka: offsets not stored: %s", rd_kafka_err2str(e));
-    rd_kafka_topic_partition_list_destroy(l);
 }

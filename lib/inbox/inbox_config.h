@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "config.h"
-#include "log.h"
+#include "core/settings.h"
+#include "core/log.h"
 
 #define INBOX_KEY_PARTS 8
 #define INBOX_BATCH_MAX 1000
@@ -55,6 +55,8 @@ struct inbox_config {
 int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **argv, char *err,
                       size_t errlen);
 void inbox_config_destroy(struct inbox_config *cfg);
+/* Whether a librdkafka property was set (INBOX_KAFKA_<NAME>). */
+int inbox_config_has_kafka(const struct inbox_config *cfg, const char *name);
 void inbox_config_print_help(FILE *out);
 void inbox_config_print_markdown(FILE *out);
 

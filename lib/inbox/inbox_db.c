@@ -3,18 +3,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inbox_int.h"
-#include "log.h"
-#include "backoff.h"
-#include "config.h"
-#include "pgconn.h"
-#include "schema.h"
+#include "inbox/inbox_int.h"
+#include "core/log.h"
+#include "core/backoff.h"
+#include "relay/config.h"
+#include "relay/pgconn.h"
+#include "relay/schema.h"
 
 PGconn *inbox_connect(const struct inbox_config *cfg)
 {
     /* INBOX_PG_DSN_FILE is read again for every connection: a rotated password is used from
      * the next reconnect on; the handler may rely on the role's search_path (not pinned) */
-    char *dsn = config_current_secret(cfg->pg_dsn, cfg->pg_dsn_file, "INBOX_PG_DSN_FILE");
+    char *dsn = settings_current_secret(cfg->pg_dsn, cfg->pg_dsn_file, "INBOX_PG_DSN_FILE");
     PGconn *conn = pgconn_connect_blocking(dsn, "outbox-inbox", 0);
     free(dsn);
     return conn;

@@ -3,27 +3,27 @@
  *   inbox.c         the life cycle (new/free) and the loop;
  *   inbox_db.c      PostgreSQL: connect, migrate, resolve the handler, statements, failures;
  *   inbox_status.c  /metrics and /status, retention, pauses that keep them fresh;
- *   inbox_kafka.c   the consumer and the dead-letter producer, their callbacks, remaking them;
+ *   source.h        the broker behind a seam (source_kafka.c: the consumer and the
+ *                   dead-letter producer, their callbacks, remaking them);
  *   inbox_apply.c   one message: its dedupe key and fields, the apply transaction, retries,
- *                   dead letters, offsets stored after the commit. */
+ *                   dead letters, positions marked done after the commit. */
 #ifndef OUTBOX_INBOX_INT_H
 #define OUTBOX_INBOX_INT_H
 
 #include <jansson.h>
-#include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
 #include <signal.h>
 #include <stdint.h>
 
-#include "http.h"
-#include "inbox.h"
-#include "metrics.h"
-#include "util.h"
+#include "core/http.h"
+#include "inbox/inbox.h"
+#include "inbox/source.h"
+#include "core/metrics.h"
+#include "core/util.h"
 
 #define RETENTION_EVERY_MS 60000
 #define RETENTION_BATCH 5000
 #define PUBLISH_EVERY_MS 1000
-#define MAX_LAG_PARTS 512
 
 /* What became of a message, as counted in inbox_messages_total{result}. */
 enum inbox_result { INBOX_APPLIED, INBOX_DUPLICATE, INBOX_DEAD_LETTERED, INBOX_FAILED, INBOX_RESULTS };
@@ -31,22 +31,13 @@ enum inbox_result { INBOX_APPLIED, INBOX_DUPLICATE, INBOX_DEAD_LETTERED, INBOX_F
 /* How one apply transaction ended (inbox_apply.c). */
 enum inbox_outcome { INBOX_DONE_APPLIED, INBOX_DONE_DUPLICATE, INBOX_RETRY_TRANSIENT, INBOX_RETRY_HANDLER };
 
-/* A partition's consumer lag, from librdkafka's statistics. */
-struct lag {
-    char topic[250];
-    int32_t partition;
-    int64_t lag;
-};
-
 struct inbox {
     const struct inbox_config *cfg;
     volatile sig_atomic_t *stop;
     PGconn *conn;
     char *apply_sql, *fail_sql, *function, *retention_sql;
     int prepared; /* apply_sql is prepared on this connection */
-    rd_kafka_t *consumer, *producer;
-    char *kafka_secrets_seen; /* the file-read Kafka settings when the clients were made, or NULL */
-    int kafka_recreate;       /* an authentication failure after such a file changed */
+    struct source *src;
     struct http *http;
     int64_t last_publish, last_retention;
     long kill_after_commit; /* test builds: SIGKILL after the commit reaching this many messages */
@@ -55,18 +46,12 @@ struct inbox {
     uint64_t messages[INBOX_RESULTS];
     uint64_t handler_failures, transient_errors, pg_reconnects, retention_deleted;
     struct histogram completion, handler_time;
-    struct lag lags[MAX_LAG_PARTS];
-    int n_lags, assigned;
     char last_error[300];
-    /* the producer's delivery report for the dead letter in flight */
-    int dlq_done;
-    rd_kafka_resp_err_t dlq_err;
 };
 
 /* One message being applied: what it carries, parsed once. */
 struct incoming {
-    rd_kafka_message_t *m;
-    rd_kafka_headers_t *hdrs;
+    const struct source_msg *m;
     const char *topic;
     char partition[16], offset[24], received[24];
     char *event_id, *event_type;
@@ -94,15 +79,9 @@ void inbox_publish(struct inbox *ib, int force);
 int inbox_pause_ms(struct inbox *ib, int ms); /* 1 if asked to stop */
 void inbox_retention(struct inbox *ib);
 
-/* inbox_kafka.c */
-int inbox_has_prop(const struct inbox_config *cfg, const char *name);
-int inbox_make_kafka(struct inbox *ib, char *err, size_t errlen);
-int inbox_remake_kafka(struct inbox *ib, char *err, size_t errlen);
-
 /* inbox_apply.c */
-void inbox_incoming_init(struct incoming *in, rd_kafka_message_t *m, const struct inbox_config *cfg);
+void inbox_incoming_init(struct incoming *in, const struct source_msg *m, const struct inbox_config *cfg);
 void inbox_incoming_destroy(struct incoming *in);
 int inbox_handle_batch(struct inbox *ib, struct incoming *in, int n); /* messages done */
-void inbox_store_offsets(struct inbox *ib, rd_kafka_message_t **msgs, int n);
 
 #endif

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "inbox_int.h"
-#include "log.h"
-#include "pgconn.h"
+#include "inbox/inbox_int.h"
+#include "core/log.h"
+#include "relay/pgconn.h"
 
 static const char *const result_names[] = {"applied", "duplicate", "dead_lettered", "failed"};
 
@@ -37,13 +37,15 @@ void inbox_publish(struct inbox *ib, int force)
     metrics_counter(&o, "inbox_retention_deleted_total", "Inbox rows deleted by INBOX_RETENTION.",
                     ib->retention_deleted);
     metrics_gauge(&o, "inbox_pg_connected", "1 while connected to PostgreSQL.", ib->conn ? 1 : 0);
-    metrics_gauge(&o, "inbox_assigned_partitions", "Partitions assigned to this consumer.", ib->assigned);
+    int n_lags = 0, assigned = ib->src ? ib->src->ops->assigned(ib->src) : 0;
+    const struct source_lag *lag = ib->src ? ib->src->ops->lags(ib->src, &n_lags) : NULL;
+    metrics_gauge(&o, "inbox_assigned_partitions", "Partitions assigned to this consumer.", assigned);
     metrics_head(&o, "inbox_consumer_lag", "gauge",
                  "Messages behind the high watermark per assigned partition (librdkafka statistics, every 5 s).");
-    for (int i = 0; i < ib->n_lags; i++) {
+    for (int i = 0; i < n_lags; i++) {
         strbuf_puts(&o, "inbox_consumer_lag{topic=\"");
-        metrics_label_value(&o, ib->lags[i].topic);
-        strbuf_printf(&o, "\",partition=\"%d\"} %lld\n", (int)ib->lags[i].partition, (long long)ib->lags[i].lag);
+        metrics_label_value(&o, lag[i].topic);
+        strbuf_printf(&o, "\",partition=\"%d\"} %lld\n", (int)lag[i].partition, (long long)lag[i].lag);
     }
     metrics_histogram(&o, "inbox_completion_seconds",
                       "From the message's Kafka timestamp (an outbox row's created_at) to the commit applying it.",
@@ -52,13 +54,13 @@ void inbox_publish(struct inbox *ib, int force)
                       &ib->handler_time);
 
     json_t *lags = json_array();
-    for (int i = 0; i < ib->n_lags; i++)
-        json_array_append_new(lags, json_pack("{s:s,s:i,s:I}", "topic", ib->lags[i].topic, "partition",
-                                              (int)ib->lags[i].partition, "lag", (json_int_t)ib->lags[i].lag));
+    for (int i = 0; i < n_lags; i++)
+        json_array_append_new(lags, json_pack("{s:s,s:i,s:I}", "topic", lag[i].topic, "partition",
+                                              (int)lag[i].partition, "lag", (json_int_t)lag[i].lag));
     uint64_t all = ib->messages[INBOX_APPLIED] + ib->messages[INBOX_DUPLICATE] + ib->messages[INBOX_DEAD_LETTERED] + ib->messages[INBOX_FAILED];
     json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:b,s:i,s:{s:I,s:I,s:I,s:I},s:f,s:o,s:s}", "table", ib->cfg->table,
                             "handler", ib->cfg->handler, "name", ib->cfg->name, "topics", ib->cfg->topics,
-                            "pg_connected", ib->conn != NULL, "assigned_partitions", ib->assigned, "messages",
+                            "pg_connected", ib->conn != NULL, "assigned_partitions", assigned, "messages",
                             "applied", (json_int_t)ib->messages[INBOX_APPLIED], "duplicate", (json_int_t)ib->messages[INBOX_DUPLICATE],
                             "dead_lettered", (json_int_t)ib->messages[INBOX_DEAD_LETTERED], "failed",
                             (json_int_t)ib->messages[INBOX_FAILED], "idempotency_hit_rate",

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 #define MARK_MAX_IDS 10000
 /* How often the floors' proof is advanced (one pg_locks read on the worker connection). */

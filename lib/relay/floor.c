@@ -1,10 +1,10 @@
 /* Proven floors per lease partition (floor.h). */
-#include "floor.h"
+#include "relay/floor.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 void floors_init(struct floors *f)
 {

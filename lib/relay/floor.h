@@ -33,7 +33,7 @@
 
 #include <stdint.h>
 
-#include "outbox.h"
+#include "relay/outbox.h"
 
 struct floors {
     int64_t at[OUTBOX_LEASE_PARTITIONS]; /* per lease partition; 0 is the bottom */

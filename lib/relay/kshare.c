@@ -1,7 +1,6 @@
 /* Kafka partitions' shares of the in-flight window (see kshare.h). */
-#include "kshare.h"
+#include "relay/kshare.h"
 
-#include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,11 +8,12 @@
 #define SLOT_TOPIC(s) ((size_t)(s) / KSHARE_MAX_PARTITIONS)
 #define SLOT_PART(s) ((s) % KSHARE_MAX_PARTITIONS)
 
-void kshare_init(struct kshare *ks, int share, long long share_bytes)
+void kshare_init(struct kshare *ks, int share, long long share_bytes, kshare_partitioner partition)
 {
     memset(ks, 0, sizeof(*ks));
     ks->share = share > 0 ? share : 1;
     ks->share_bytes = share_bytes > 0 ? share_bytes : 1;
+    ks->partition = partition;
 }
 
 static void free_held(struct kshare *ks)
@@ -75,10 +75,9 @@ int kshare_slot(struct kshare *ks, const char *topic, const char *key, size_t ke
         struct kshare_topic *t = &ks->topics[i];
         if (strcmp(t->name, topic) != 0)
             continue;
-        if (t->count < 1 || !key)
+        if (t->count < 1 || !key || !ks->partition)
             return -1;
-        /* the producer's own partitioner (murmur2_random): with a key it is pure */
-        int32_t p = rd_kafka_msg_partitioner_murmur2_random(NULL, key, keylen, t->count, NULL, NULL);
+        int32_t p = ks->partition(key, keylen, t->count); /* the producer's own: pure with a key */
         return SLOT(i, p);
     }
     return -1;

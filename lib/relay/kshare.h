@@ -11,8 +11,9 @@
 #define OUTBOX_KSHARE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #define KSHARE_MAX_HELD 2048 /* held keys passed to the claim */
 #define KSHARE_MAX_PARTITIONS 65536
@@ -31,7 +32,11 @@ struct kshare_key {
     int kslot;
 };
 
+/* The sink's partition of a key among count (sink_ops.partition). */
+typedef int32_t (*kshare_partitioner)(const char *key, size_t keylen, int count);
+
 struct kshare {
+    kshare_partitioner partition; /* NULL: the sink has no partitions, no shares apply */
     int share;
     long long share_bytes;
     struct kshare_topic *topics;
@@ -46,12 +51,13 @@ enum kshare_verdict {
     KSHARE_HOLD_ALL /* leave it and the rest of the claim PENDING: no room to hold its key */
 };
 
-void kshare_init(struct kshare *ks, int share, long long share_bytes);
+void kshare_init(struct kshare *ks, int share, long long share_bytes, kshare_partitioner partition);
 void kshare_destroy(struct kshare *ks);
 /* A topic's partition count (when first seen and whenever it changes). */
 void kshare_set_count(struct kshare *ks, const char *topic, int count);
-/* The slot of the row's Kafka partition (murmur2 of the key, as the producer partitions),
- * or -1 while the topic's partition count is unknown (then no share applies). */
+/* The slot of the row's Kafka partition (the sink's partitioner: murmur2 of the key, as the
+ * producer partitions), or -1 while the topic's partition count is unknown or the sink has
+ * no partitions (then no share applies). */
 int kshare_slot(struct kshare *ks, const char *topic, const char *key, size_t keylen);
 /* Whether a row of key in kslot may be produced now (see enum); holds the key if not.
  * *first is set when this hold is the partition's first since it was last drained. */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 static void log_lease(struct relay *r, int partition, const char *event, int64_t from, int64_t until)
 {

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "outbox.h"
-#include "util.h"
+#include "relay/outbox.h"
+#include "core/util.h"
 
 /* A relay publishes rows of a partition only while ACTIVE: after acquiring its advisory
  * lock and waiting out the grace period when the previous holder did not release it

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease.h"
-#include "util.h"
+#include "relay/lease.h"
+#include "core/util.h"
 
 int lease_count_held(const struct lease *leases)
 {

@@ -1,5 +1,5 @@
 /* Paused topics (see pause.h). */
-#include "pause.h"
+#include "relay/pause.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 static void queue_update(struct relay *r, int64_t id, const char *reason, int count_attempt)
 {
@@ -36,7 +36,7 @@ void poison_judge_failures(struct relay *r)
         if (alone) {
             char reason[300];
             snprintf(reason, sizeof(reason), "Kafka rejected the message: %s",
-                     rd_kafka_err2str(row->err));
+                     sink_err_str(r->sink, row->err));
             queue_update(r, row->id, reason, 1);
             window_set_state(&r->win, row, ROW_PARKING);
         } else if (row->id > r->reset.isolate_until_id) {
@@ -76,13 +76,11 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
     };
     /* Only a payload that fits: the reason may be that it is too large. */
     int with_payload = row->payload && row->payload_len < 512 * 1024;
-    rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row->aggregate_id,
-                                           with_payload ? row->payload : NULL,
-                                           with_payload ? row->payload_len : 0, row->created_ms,
-                                           -row->id);
-    if (err)
+    int err;
+    if (sink_produce(r->sink, &msg, row->aggregate_id, with_payload ? row->payload : NULL,
+                     with_payload ? row->payload_len : 0, row->created_ms, -row->id, &err) != SINK_QUEUED)
         log_warn("relay: dead-letter copy of row %lld not sent: %s", (long long)row->id,
-                 rd_kafka_err2str(err));
+                 err ? sink_err_str(r->sink, err) : "the producer's queue is full");
     message_destroy(&msg);
 }
 

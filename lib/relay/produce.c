@@ -1,45 +1,11 @@
-/* Producing: hands the claimed rows to the producer in id order (until backpressure),
- * takes the delivery reports and fatal errors (loop thread), and classifies Kafka errors
- * as the row's, the topic's, the producer's or nobody's in particular. */
+/* Producing: hands the claimed rows to the sink in id order (until backpressure), and takes
+ * its completions and fatal errors (loop thread); the sink classifies its errors as the
+ * row's, the topic's, the producer's or nobody's in particular. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "relay_int.h"
-
-enum failure_reason produce_classify(rd_kafka_resp_err_t err)
-{
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP: /* beyond the broker's timestamp bounds */
-        return FAILURE_ROW;
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE: /* the topic's compression.type */
-        return FAILURE_TOPIC;
-#if RD_KAFKA_VERSION >= 0x020400ff
-    /* librdkafka 2.4.0 and later (KIP-467): when the broker names the culprit records of a
-     * batch, they fail with INVALID_RECORD (the row's) and the rest of the batch with this
-     * one — theirs is no fault of their own, so they are retried as transient failures */
-    case RD_KAFKA_RESP_ERR__INVALID_DIFFERENT_RECORD:
-        return FAILURE_TRANSIENT;
-#endif
-    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
-    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
-    case RD_KAFKA_RESP_ERR__FATAL:
-        return FAILURE_PRODUCER;
-    default: /* _MSG_TIMED_OUT and everything else */
-        return FAILURE_TRANSIENT;
-    }
-}
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 /* A claim row as the message mapping reads it (borrowed from the claim's result, a bytea
  * payload from its decoded bytes); the numbers were read once, into its window slot, when
@@ -66,11 +32,11 @@ static struct outbox_row claim_row(const struct relay *r, int i, const struct in
 }
 
 /* A failed produce or delivery: record it on the row and start a reset. */
-static void row_failed(struct relay *r, struct inflight_row *slot, rd_kafka_resp_err_t err,
+static void row_failed(struct relay *r, struct inflight_row *slot, int err,
                        const char *topic, int maybe_persisted, const char *verb)
 {
     slot->err = err;
-    slot->fail = produce_classify(err);
+    slot->fail = sink_classify(r->sink, err);
     slot->maybe_persisted = maybe_persisted;
     window_set_state(&r->win, slot, ROW_FAILED);
     r->m.publish_failures_total[slot->fail]++;
@@ -78,7 +44,7 @@ static void row_failed(struct relay *r, struct inflight_row *slot, rd_kafka_resp
         reset_pause_topic(r, topic, err);
     char reason[512];
     snprintf(reason, sizeof(reason), "%s %s failed: %s", verb, topic ? topic : "?",
-             rd_kafka_err2str(err));
+             sink_err_str(r->sink, err));
     reset_start(r, reason);
 }
 
@@ -144,18 +110,19 @@ void produce_claimed(struct relay *r)
             r->m.share_held_back_total++;
             continue;
         }
-        rd_kafka_resp_err_t err = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
+        int err;
+        enum sink_queued queued = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
                                                row.payload ? row.payload_len : 0, row.created_ms,
-                                               row.id);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                                               row.id, &err);
+        if (queued == SINK_FULL) {
             message_destroy(&msg);
             return; /* backpressure: resumes on the next delivery report */
         }
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || err == RD_KAFKA_RESP_ERR__INVALID_ARG) {
+        if (queued == SINK_UNFIT) {
             snprintf(reason, sizeof(reason), "the producer refuses the message (%zu bytes): %s",
-                     row.payload_len, rd_kafka_err2str(err));
+                     row.payload_len, sink_err_str(r->sink, err));
             poison_park_row(r, slot, &row, reason);
-        } else if (err) {
+        } else if (queued == SINK_FAILED) {
             row_failed(r, slot, err, msg.topic, 0, "produce to");
         } else {
             window_set_state(&r->win, slot, ROW_PRODUCED);
@@ -183,14 +150,14 @@ void produce_left(struct relay *r, struct inflight_row *row)
 
 /* ---- Kafka callbacks (loop thread, from sink_poll) ---------------------------------- */
 
-static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, const char *topic,
+static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
                         int maybe_persisted)
 {
     struct relay *r = ctx;
     if (row_id < 0) { /* a dead-letter copy */
         if (err)
             log_warn("kafka: dead-letter copy of row %lld failed: %s", (long long)-row_id,
-                     rd_kafka_err2str(err));
+                     sink_err_str(r->sink, err));
         return;
     }
     struct inflight_row *row = window_find(&r->win, row_id);
@@ -201,7 +168,7 @@ static void on_delivery(void *ctx, int64_t row_id, rd_kafka_resp_err_t err, cons
     produce_left(r, row);
     if (err) {
         log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
-                  topic ? topic : "?", rd_kafka_err2name(err));
+                  topic ? topic : "?", sink_err_str(r->sink, err));
         row_failed(r, row, err, topic, maybe_persisted, "delivery to");
         relay_want_kick(r);
         return;

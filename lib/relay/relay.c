@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 /* ---- the decision -------------------------------------------------------------- */
 
@@ -179,9 +179,6 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     outbox_sql_init(&r->sql, cfg);
     floors_init(&r->claim.floors);
     poll_init(r);
-    /* A Kafka partition may hold a quarter of the window (rows and bytes), at least a claim. */
-    kshare_init(&r->kshare, cfg->max_inflight / 4 > cfg->batch_size ? cfg->max_inflight / 4 : cfg->batch_size,
-                cfg->max_inflight_bytes / 4);
     reset_init(r);
     lease_init(r);
     status_init(r);
@@ -197,6 +194,9 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
         relay_free(r);
         return NULL;
     }
+    /* A partition may hold a quarter of the window (rows and bytes), at least a claim. */
+    kshare_init(&r->kshare, cfg->max_inflight / 4 > cfg->batch_size ? cfg->max_inflight / 4 : cfg->batch_size,
+                cfg->max_inflight_bytes / 4, r->sink->ops->partition);
     if (cfg->http_addr[0]) {
         r->http = http_new(cfg->http_addr, err, errlen);
         if (!r->http) {

@@ -13,23 +13,22 @@
 
 #include <ev.h>
 #include <libpq-fe.h>
-#include <librdkafka/rdkafka.h>
 
-#include "backoff.h"
-#include "config.h"
-#include "floor.h"
-#include "http.h"
-#include "kshare.h"
-#include "lease.h"
-#include "message.h"
-#include "metrics.h"
-#include "monitor.h"
-#include "outbox.h"
-#include "pause.h"
-#include "pgconn.h"
-#include "relay.h"
-#include "sink.h"
-#include "window.h"
+#include "core/backoff.h"
+#include "relay/config.h"
+#include "relay/floor.h"
+#include "core/http.h"
+#include "relay/kshare.h"
+#include "relay/lease.h"
+#include "relay/message.h"
+#include "relay/relay_metrics.h"
+#include "relay/monitor.h"
+#include "relay/outbox.h"
+#include "relay/pause.h"
+#include "relay/pgconn.h"
+#include "relay/relay.h"
+#include "sink/sink.h"
+#include "relay/window.h"
 
 #define MIN_POLL_DELAY_MS 5
 
@@ -216,7 +215,6 @@ void doorbell_send_arm(struct relay *r);
 void poll_init(struct relay *r);
 
 /* produce.c */
-enum failure_reason produce_classify(rd_kafka_resp_err_t err);
 void produce_claimed(struct relay *r);
 void produce_left(struct relay *r, struct inflight_row *row);
 extern const struct sink_callbacks produce_sink_callbacks;
@@ -232,7 +230,7 @@ void poison_destroy(struct relay *r);
 /* reset.c */
 void reset_start(struct relay *r, const char *reason);
 void reset_advance(struct relay *r);
-void reset_pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t err);
+void reset_pause_topic(struct relay *r, const char *topic, int err);
 void reset_init(struct relay *r);
 int reset_send_note_failed(struct relay *r);
 

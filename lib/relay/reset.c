@@ -2,8 +2,8 @@
  * lets every in-flight delivery report, records the failed rows (they stay PENDING), backs
  * off and claims again from the lowest pending row, so that no key's later row overtakes a
  * failed one. Paused topics are the part of a reset that outlives it. */
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 /* Only changes the mode: producing stops by itself, and reset_advance does the rest. */
 void reset_start(struct relay *r, const char *reason)
@@ -18,12 +18,12 @@ void reset_start(struct relay *r, const char *reason)
              "from the lowest pending row", reason);
 }
 
-void reset_pause_topic(struct relay *r, const char *topic, rd_kafka_resp_err_t err)
+void reset_pause_topic(struct relay *r, const char *topic, int err)
 {
     switch (pauses_add(&r->paused, topic, mono_ms() + r->cfg->topic_pause_ms)) {
     case PAUSE_NEW:
         log_warn("relay: topic %s paused for %d ms: %s (its rows stay PENDING; other topics flow)",
-                 topic, r->cfg->topic_pause_ms, rd_kafka_err2str(err));
+                 topic, r->cfg->topic_pause_ms, sink_err_str(r->sink, err));
         break;
     case PAUSE_EXTENDED:
         break;

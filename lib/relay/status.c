@@ -2,8 +2,8 @@
  * document published to the HTTP endpoint, and the periodic log line. */
 #include <string.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "dev"

@@ -1,5 +1,5 @@
 /* The in-flight window (see window.h). */
-#include "window.h"
+#include "relay/window.h"
 
 #include <stdlib.h>
 #include <string.h>

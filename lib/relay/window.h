@@ -3,12 +3,11 @@
 #ifndef OUTBOX_RELAY_WINDOW_H
 #define OUTBOX_RELAY_WINDOW_H
 
-#include <librdkafka/rdkafka.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "metrics.h"
-#include "util.h"
+#include "relay/relay_metrics.h"
+#include "core/util.h"
 
 enum row_state {
     ROW_QUEUED,   /* claimed, not yet handed to the producer */
@@ -28,7 +27,7 @@ struct inflight_row {
     int64_t bytes; /* payload bytes */
     int kslot;     /* its Kafka partition's share while in the producer (kshare.h), or -1 */
     enum row_state state;
-    rd_kafka_resp_err_t err; /* delivery error while ROW_FAILED */
+    int err; /* the sink's delivery error while ROW_FAILED */
     enum failure_reason fail;
     int maybe_persisted;     /* a failed message that Kafka may have written anyway */
 };

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "relay_int.h"
+#include "core/log.h"
+#include "relay/relay_int.h"
 
 /* Asks for the before-sleep kick (relay.c's kick_cb) that moves the relay on. */
 void relay_want_kick(struct relay *r)
@@ -22,8 +22,8 @@ void relay_finish(struct relay *r, int code)
     r->mode = MODE_DONE;
     ev_break(r->loop, EVBREAK_ALL);
 }
-#include "schema.h"
-#include "util.h"
+#include "relay/schema.h"
+#include "core/util.h"
 
 int worker_busy(const struct relay *r)
 {

@@ -185,7 +185,7 @@ int main(int argc, char **argv)
         r.acked = calloc((size_t)messages, 1);
         r.seen = calloc((size_t)messages, sizeof(*r.seen));
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        /* the relay's delivery settings (lib/sink.c) */
+        /* the relay's delivery settings (lib/sink/kafka.c) */
         set(conf, "bootstrap.servers", bootstrap);
         set(conf, "enable.idempotence", "true");
         set(conf, "enable.gapless.guarantee", "true");

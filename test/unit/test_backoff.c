@@ -1,5 +1,5 @@
 /* Unit tests: capped exponential backoff with jitter. */
-#include "backoff.h"
+#include "core/backoff.h"
 #include "tap.h"
 
 int main(void)

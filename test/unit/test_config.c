@@ -4,15 +4,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "relay/config.h"
 #include "tap.h"
+
+/* The command line's part of the last load (each load replaces it). */
+static struct command cmd;
 
 static int load(struct config *cfg, char **env, char **argv, char *err, size_t errlen)
 {
     int argc = 0;
     while (argv[argc])
         argc++;
-    return config_load(cfg, env, argc, argv, err, errlen);
+    command_destroy(&cmd);
+    return config_load(cfg, &cmd, env, argc, argv, err, errlen);
 }
 
 static void test_defaults(void)
@@ -26,7 +30,7 @@ static void test_defaults(void)
     is_str(cfg.topic_template, "outbox.event.{aggregate_type}", "default topic template");
     is_int(cfg.batch_size, 1000, "default batch size");
     is_str(cfg.notify_channel, "outbox", "default channel");
-    is_str(cfg.command, "run", "default command is run");
+    is_str(cmd.name, "run", "default command is run");
     config_destroy(&cfg);
 }
 
@@ -43,7 +47,7 @@ static void test_env_and_flags(void)
     is_int(cfg.batch_size, 70, "flag overrides env");
     is_int(cfg.poll_interval_ms, 33, "--name=value form");
     is_str(cfg.table, "app.events", "env sets table");
-    is_str(cfg.command, "migrate", "command parsed");
+    is_str(cmd.name, "migrate", "command parsed");
     int found_bootstrap = 0, linger_ok = 0;
     for (size_t i = 0; i < cfg.n_kafka; i++) {
         if (strcmp(cfg.kafka[i].name, "bootstrap.servers") == 0 &&
@@ -74,17 +78,17 @@ static void test_file_secret(void)
     is_str(cfg.pg_dsn, "host=127.0.0.1 password=s3cret", "DSN read from file, newline trimmed");
     const char *want_file = path;
     is_str(cfg.pg_dsn_file, want_file, "the file is remembered: read again at each reconnect");
-    char *now = config_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    char *now = settings_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
     is_str(now, "host=127.0.0.1 password=s3cret", "unchanged file: the same DSN");
     free(now);
     FILE *f = fopen(path, "w");
     fputs("host=127.0.0.1 password=n3w\n", f);
     fclose(f);
-    now = config_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    now = settings_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
     is_str(now, "host=127.0.0.1 password=n3w", "a rotated file: the new DSN");
     free(now);
     unlink(path);
-    now = config_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    now = settings_current_secret(cfg.pg_dsn, cfg.pg_dsn_file, "OUTBOX_PG_DSN_FILE");
     is_str(now, "host=127.0.0.1 password=s3cret", "an unreadable file: the DSN read before");
     free(now);
     config_destroy(&cfg);
@@ -99,25 +103,25 @@ static void test_file_secret(void)
     char *kenv[] = {kvar, "OUTBOX_PG_DSN=host=x", NULL};
     is_int(load(&cfg, kenv, argv, err, sizeof(err)), 0, "Kafka _FILE loads: %s", err);
     ok(cfg.pg_dsn_file == NULL, "a DSN given directly has no file");
-    char *before = config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
+    char *before = settings_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
     ok(before != NULL, "a property read from a file is in the snapshot");
     f = fopen(kpath, "w");
     fputs("new\n", f);
     fclose(f);
-    char *after = config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
+    char *after = settings_kafka_file_snapshot(cfg.kafka, cfg.n_kafka);
     ok(after && strcmp(before, after) != 0, "the snapshot changes with the file");
-    ok(config_kafka_files_changed(cfg.kafka, cfg.n_kafka, before), "changed since the first snapshot");
-    ok(!config_kafka_files_changed(cfg.kafka, cfg.n_kafka, after), "not since the second");
-    ok(!config_kafka_files_changed(cfg.kafka, cfg.n_kafka, NULL), "no snapshot: never changed");
+    ok(settings_kafka_files_changed(cfg.kafka, cfg.n_kafka, before), "changed since the first snapshot");
+    ok(!settings_kafka_files_changed(cfg.kafka, cfg.n_kafka, after), "not since the second");
+    ok(!settings_kafka_files_changed(cfg.kafka, cfg.n_kafka, NULL), "no snapshot: never changed");
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    is_int(config_kafka_apply(conf, cfg.kafka, cfg.n_kafka, err, sizeof(err)), 0, "applied: %s", err);
+    is_int(settings_kafka_apply(conf, cfg.kafka, cfg.n_kafka, err, sizeof(err)), 0, "applied: %s", err);
     rd_kafka_conf_destroy(conf);
     free(before);
     free(after);
     config_destroy(&cfg);
     char *plain[] = {"OUTBOX_KAFKA_SASL_PASSWORD=x", NULL};
     is_int(load(&cfg, plain, argv, err, sizeof(err)), 0, "plain Kafka property loads");
-    ok(config_kafka_file_snapshot(cfg.kafka, cfg.n_kafka) == NULL, "no file, no snapshot");
+    ok(settings_kafka_file_snapshot(cfg.kafka, cfg.n_kafka) == NULL, "no file, no snapshot");
     config_destroy(&cfg);
     f = fopen(path, "w"); /* OUTBOX_PG_DSN_FILE again, and --pg-dsn, which wins */
     fputs("host=from-file\n", f);
@@ -228,9 +232,9 @@ static void test_command_args(void)
     char *env[] = {NULL};
     char *audit_until[] = {"outbox-relay", "audit", "--until", "2026-11-30", "--json", NULL};
     is_int(load(&cfg, env, audit_until, err, sizeof(err)), 0, "audit --until alone loads: %s", err);
-    is_str(cfg.command, "audit", "audit parsed");
-    is_str(cfg.until, "2026-11-30", "audit --until kept");
-    ok(cfg.since == NULL && cfg.json, "audit: no --since, --json");
+    is_str(cmd.name, "audit", "audit parsed");
+    is_str(cmd.until, "2026-11-30", "audit --until kept");
+    ok(cmd.since == NULL && cmd.json, "audit: no --since, --json");
     config_destroy(&cfg);
     char *audit_limit[] = {"outbox-relay", "audit", "--limit", "5", NULL};
     is_int(load(&cfg, env, audit_limit, err, sizeof(err)), -1, "audit --limit refused");
@@ -376,5 +380,6 @@ int main(void)
     test_file_secret();
     test_service_links_ignored();
     test_invalid();
+    command_destroy(&cmd);
     return done();
 }

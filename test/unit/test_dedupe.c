@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dedupe.h"
-#include "inbox_config.h"
+#include "inbox/dedupe.h"
+#include "inbox/inbox_config.h"
 #include "tap.h"
 
 static void test_pointer(void)
@@ -23,6 +23,24 @@ static void test_pointer(void)
     json_decref(doc);
 }
 
+/* A message carrying only headers, as a source hands it over. */
+struct test_msg {
+    struct source_header h[8];
+    struct source_msg m;
+};
+
+static struct test_msg *msg_new(void)
+{
+    struct test_msg *t = calloc(1, sizeof(*t));
+    t->m.headers = t->h;
+    return t;
+}
+
+static void msg_add(struct test_msg *t, const char *name, const char *value)
+{
+    t->h[t->m.n_headers++] = (struct source_header){name, value, strlen(value)};
+}
+
 static void test_keys(void)
 {
     struct inbox_config cfg;
@@ -31,13 +49,13 @@ static void test_keys(void)
     char *argv[] = {"outbox-inbox", NULL};
     is_int(inbox_config_load(&cfg, env, 1, argv, err, sizeof(err)), 0, "defaults load: %s", err);
     is_str(cfg.name, "h", "INBOX_NAME defaults to the handler's name");
-    rd_kafka_headers_t *h = rd_kafka_headers_new(4);
-    rd_kafka_header_add(h, "event_id", -1, "6f1c2a4e-0000-4000-8000-000000000001", -1);
-    rd_kafka_header_add(h, "source", -1, "ERP", -1);
+    struct test_msg *h = msg_new();
+    msg_add(h, "event_id", "6f1c2a4e-0000-4000-8000-000000000001");
+    msg_add(h, "source", "ERP");
     struct strbuf key;
     strbuf_init(&key);
     char why[256] = "";
-    is_int(inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why)), 0, "event id key");
+    is_int(inbox_dedupe_key(&cfg, &h->m, NULL, &key, why, sizeof(why)), 0, "event id key");
     is_str(key.buf, "6f1c2a4e-0000-4000-8000-000000000001", "the event_id header is the key");
     inbox_config_destroy(&cfg);
 
@@ -46,19 +64,19 @@ static void test_keys(void)
     is_int(inbox_config_load(&cfg, env2, 1, argv, err, sizeof(err)), 0, "business key loads: %s", err);
     is_str(cfg.name, "h", "INBOX_NAME: the handler's name without its schema");
     json_t *p = json_loads("{\"doc\": {\"number\": 42}}", 0, NULL);
-    is_int(inbox_dedupe_key(&cfg, h, p, &key, why, sizeof(why)), 0, "business key");
+    is_int(inbox_dedupe_key(&cfg, &h->m, p, &key, why, sizeof(why)), 0, "business key");
     is_str(key.buf, "[\"ERP\",42]", "the parts as a JSON array");
     json_t *q = json_loads("{\"doc\": {}}", 0, NULL);
-    is_int(inbox_dedupe_key(&cfg, h, q, &key, why, sizeof(why)), -1, "missing field: no key");
+    is_int(inbox_dedupe_key(&cfg, &h->m, q, &key, why, sizeof(why)), -1, "missing field: no key");
     ok(strstr(why, "no value at /doc/number") != NULL, "says which part: %s", why);
-    rd_kafka_headers_t *h2 = rd_kafka_headers_new(1);
-    is_int(inbox_dedupe_key(&cfg, h2, p, &key, why, sizeof(why)), -1, "missing header: no key");
+    struct test_msg *h2 = msg_new();
+    is_int(inbox_dedupe_key(&cfg, &h2->m, p, &key, why, sizeof(why)), -1, "missing header: no key");
     ok(strstr(why, "no 'source' header") != NULL, "names the header: %s", why);
     inbox_config_destroy(&cfg);
     json_decref(p);
     json_decref(q);
-    rd_kafka_headers_destroy(h);
-    rd_kafka_headers_destroy(h2);
+    free(h);
+    free(h2);
     strbuf_destroy(&key);
 
     ok(inbox_is_uuid("6f1c2a4e-0000-4000-8000-00000000000A"), "a uuid");
@@ -92,11 +110,11 @@ static void test_identity(void)
         {{"other", "x"}, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        rd_kafka_headers_t *h = rd_kafka_headers_new(4);
+        struct test_msg *h = msg_new();
         for (int j = 0; j < 8 && cases[i].headers[j]; j += 2)
-            rd_kafka_header_add(h, cases[i].headers[j], -1, cases[i].headers[j + 1], -1);
+            msg_add(h, cases[i].headers[j], cases[i].headers[j + 1]);
         why[0] = '\0';
-        int rc = inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why));
+        int rc = inbox_dedupe_key(&cfg, &h->m, NULL, &key, why, sizeof(why));
         if (cases[i].key) {
             is_int(rc, 0, "case %zu: a key", i);
             is_str(key.buf, cases[i].key, "case %zu: the key", i);
@@ -104,32 +122,32 @@ static void test_identity(void)
             ok(rc == -1 && strstr(why, "no event_id or id header, nor CloudEvents' ce_source and ce_id"),
                "case %zu: no key: %s", i, why);
         }
-        char *id = inbox_event_id(&cfg, h);
+        char *id = inbox_event_id(&cfg, &h->m);
         if (cases[i].event_id)
             is_str(id, cases[i].event_id, "case %zu: the handler's event id", i);
         else
             ok(id == NULL, "case %zu: no event id", i);
         free(id);
-        rd_kafka_headers_destroy(h);
+        free(h);
     }
     inbox_config_destroy(&cfg);
 
     char *named[] = {"INBOX_PG_DSN=host=x", "INBOX_TOPICS=t", "INBOX_HANDLER=h", "INBOX_EVENT_ID_HEADER=id", NULL};
     is_int(inbox_config_load(&cfg, named, 1, argv, err, sizeof(err)), 0, "a named header loads: %s", err);
-    rd_kafka_headers_t *h = rd_kafka_headers_new(4);
-    rd_kafka_header_add(h, "event_id", -1, "e1", -1);
-    rd_kafka_header_add(h, "id", -1, "d1", -1);
-    is_int(inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why)), 0, "named: a key");
+    struct test_msg *h = msg_new();
+    msg_add(h, "event_id", "e1");
+    msg_add(h, "id", "d1");
+    is_int(inbox_dedupe_key(&cfg, &h->m, NULL, &key, why, sizeof(why)), 0, "named: a key");
     is_str(key.buf, "d1", "named: that header alone");
-    char *id = inbox_event_id(&cfg, h);
+    char *id = inbox_event_id(&cfg, &h->m);
     is_str(id, "d1", "named: the handler's event id from it");
     free(id);
-    rd_kafka_headers_destroy(h);
-    h = rd_kafka_headers_new(4);
-    rd_kafka_header_add(h, "event_id", -1, "e1", -1);
-    ok(inbox_dedupe_key(&cfg, h, NULL, &key, why, sizeof(why)) == -1 && strstr(why, "no 'id' header"),
+    free(h);
+    h = msg_new();
+    msg_add(h, "event_id", "e1");
+    ok(inbox_dedupe_key(&cfg, &h->m, NULL, &key, why, sizeof(why)) == -1 && strstr(why, "no 'id' header"),
        "named: no fallback: %s", why);
-    rd_kafka_headers_destroy(h);
+    free(h);
     inbox_config_destroy(&cfg);
     strbuf_destroy(&key);
 }

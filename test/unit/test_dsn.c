@@ -2,7 +2,7 @@
  * carry one, and leaves the rest of the message as it was. */
 #include <string.h>
 
-#include "dsn.h"
+#include "core/dsn.h"
 #include "tap.h"
 
 static void redacts(const char *dsn, const char *text, const char *want, const char *what)

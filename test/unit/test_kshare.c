@@ -5,6 +5,7 @@
 
 #include "../tools/murmur2.h"
 #include "relay/kshare.h"
+#include "sink/kafka.h"
 #include "tap.h"
 
 /* A key of topic t whose partition (of 6) is p, by the test suite's own murmur2. */
@@ -22,7 +23,7 @@ int main(void)
 {
     struct kshare ks;
     int first;
-    kshare_init(&ks, 2, 1000);
+    kshare_init(&ks, 2, 1000, sink_kafka_partition); /* the Kafka sink's own partitioner */
     is_int(kshare_slot(&ks, "t", "k1", 2), -1, "unknown topic: no slot");
     is_int(kshare_admit(&ks, -1, "k1", &first), KSHARE_ADMIT, "no slot: admitted");
     kshare_set_count(&ks, "t", 6);

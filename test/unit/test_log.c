@@ -2,7 +2,7 @@
  * UTF-8 escaped, valid UTF-8 kept) and cut only between UTF-8 sequences. */
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
 #include "tap.h"
 
 static const char *escaped(const char *in, size_t len)

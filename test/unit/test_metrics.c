@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "relay/relay_metrics.h"
 #include "tap.h"
 
 static int has_line(const char *text, const char *line)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schema.h"
+#include "relay/schema.h"
 #include "tap.h"
 
 int main(void)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "outbox.h"
+#include "relay/config.h"
+#include "relay/outbox.h"
 #include "tap.h"
 
 static void add(struct strbuf *sb, const char *name, const char *sql)
@@ -18,9 +18,12 @@ static void add(struct strbuf *sb, const char *name, const char *sql)
 static char *statements(char **env, int bytea, int requeue_count, int bell)
 {
     struct config cfg;
+    struct command cmd;
     char err[512];
     char *argv[] = {"outbox-relay", NULL};
-    if (config_load(&cfg, env, 1, argv, err, sizeof(err)) != 0) {
+    int rc = config_load(&cfg, &cmd, env, 1, argv, err, sizeof(err));
+    command_destroy(&cmd);
+    if (rc != 0) {
         printf("# config: %s\n", err);
         config_destroy(&cfg);
         return NULL;
@@ -70,7 +73,7 @@ static void golden(const char *name, char *got)
         return;
     }
     char err[512];
-    char *want = config_read_secret(path, "the golden file", err, sizeof(err)); /* less its last newline */
+    char *want = settings_read_secret(path, "the golden file", err, sizeof(err)); /* less its last newline */
     size_t got_len = got ? strlen(got) : 0;
     if (got_len && got[got_len - 1] == '\n')
         got[got_len - 1] = '\0';

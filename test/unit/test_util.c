@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "tap.h"
-#include "util.h"
+#include "core/util.h"
 
 int main(void)
 {

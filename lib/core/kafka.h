@@ -1,0 +1,28 @@
+/* Kafka helpers both programs use: one librdkafka log callback for every client, the hint
+ * added to a refused login, and --check-config's reachability test. */
+#ifndef OUTBOX_CORE_KAFKA_H
+#define OUTBOX_CORE_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+
+#include "core/settings.h"
+
+/* librdkafka's log lines into ours, one callback for every client of both programs: syslog
+ * levels 0-3 as errors, 4 as warnings, 5-6 as info for a producer (debug for a consumer,
+ * whose notices repeat its group's life), 7 as debug; a consumer's CONFWARN (the relay's
+ * producer settings it was given) at debug. */
+void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+/* Words added to a Kafka authentication failure: librdkafka before 2.6.1 cannot log in
+ * with SCRAM to Kafka 4.x brokers (it doubles the nonce in its final message, which 4.x
+ * refuses as RFC 5802 asks), so a right password is refused there. "" when that cannot be
+ * the cause (another mechanism, or a fixed librdkafka). */
+const char *kafka_auth_hint(const rd_kafka_conf_t *conf);
+/* Logs once per process, when librdkafka is older than 2.6.1 and conf (borrowed) logs in
+ * with a SCRAM mechanism, that Kafka 4.x brokers will refuse the login. */
+void kafka_warn_old_scram(const rd_kafka_conf_t *conf);
+/* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
+ * 0 when it answers, 1 otherwise; both logged. */
+int kafka_check_reachable(const struct kafka_prop *props, size_t n);
+
+#endif

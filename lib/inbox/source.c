@@ -1,0 +1,21 @@
+/* Picking the source (one broker today: Kafka), and what every source's messages share. */
+#include "inbox/source.h"
+
+#include <string.h>
+
+#include "inbox/source_kafka.h"
+
+struct source *source_new(const struct inbox_config *cfg, char *err, size_t errlen)
+{
+    return source_kafka_new(cfg, err, errlen);
+}
+
+const char *source_header_last(const struct source_msg *m, const char *name, size_t *len)
+{
+    for (size_t i = m->n_headers; i-- > 0;)
+        if (strcmp(m->headers[i].name, name) == 0) {
+            *len = m->headers[i].len;
+            return m->headers[i].value;
+        }
+    return NULL;
+}

@@ -1,0 +1,352 @@
+/* Monitor connection: backlog gauges, long transactions, duplicates estimate, retention. */
+#include "relay/monitor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "relay/pgconn.h"
+#include "core/util.h"
+
+#define STATS_INTERVAL_S 5.0
+/* The backlog statement reads the pending index from the bottom of every partition: while
+ * a long transaction keeps its dead head from vacuum it grows slow, so it runs at most
+ * once per STATS_COST_SHARE times its last duration (the long-transaction checks after it
+ * keep their pace). */
+#define STATS_COST_SHARE 10
+#define PURGE_INTERVAL_S 10.0
+#define PURGE_WINDOW 5000
+
+enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_PURGE };
+
+struct monitor {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    const struct outbox_sql *sql;
+    struct metrics *m;
+    struct pgconn *conn;
+    ev_timer stats_timer;
+    ev_timer purge_timer;
+    enum monitor_step step;
+    int duplicates_done;
+    int stats_due;
+    int64_t stats_sent_ms, stats_next_ms; /* monotonic */
+    int purge_due;
+    long long purge_after_id;
+    long long purge_cycle_deleted;
+    int long_tx_reported_pid;
+    char long_tx_reported_xid[24];
+    /* the oldest xmin holder seen (kind, name, xmin) and since when it holds that xmin */
+    char holder[160];
+    ev_tstamp holder_since;
+    int holder_reported;
+};
+
+static void next(struct monitor *mon);
+static void long_tx_done(void *ctx, PGresult *res);
+static void xmin_holder_done(void *ctx, PGresult *res);
+
+static void failed(struct monitor *mon, const char *what, PGresult *res)
+{
+    if (!res)
+        return;
+    char line[512];
+    pgconn_error_line(res, line, sizeof(line));
+    log_warn("pg monitor: %s failed: %s", what, line);
+}
+
+static double num(PGresult *res, int col)
+{
+    return PQgetisnull(res, 0, col) ? 0 : strtod(PQgetvalue(res, 0, col), NULL);
+}
+
+static void duplicates_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    if (pgconn_result_ok(res)) {
+        long long n = (long long)num(res, 0);
+        mon->duplicates_done = 1;
+        mon->m->possible_duplicates_total += (uint64_t)n;
+        if (n > 0)
+            log_info("monitor: %lld PENDING rows are at or below the highest id a relay had "
+                     "claimed: they may be published a second time", n);
+    } else {
+        failed(mon, "duplicates estimate", res);
+        mon->duplicates_done = 1;
+    }
+    PQclear(res);
+    next(mon);
+}
+
+static void send_long_tx(struct monitor *mon)
+{
+    mon->step = STEP_LONG_TX;
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%d", mon->cfg->long_tx_seconds);
+    const char *params[1] = {secs};
+    if (pgconn_query(mon->conn, mon->sql->long_tx, 1, params, long_tx_done, mon) != 0)
+        mon->step = STEP_IDLE;
+}
+
+static void stats_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    int64_t now = mono_ms();
+    mon->stats_next_ms = now + (now - mon->stats_sent_ms) * (STATS_COST_SHARE - 1);
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
+        struct metrics *m = mon->m;
+        long long capped = (long long)num(res, 0);
+        long long min_pending = (long long)num(res, 1);
+        long long max_id = (long long)num(res, 3);
+        m->pending_rows_exact = capped < MONITOR_COUNT_CAP;
+        m->pending_rows = m->pending_rows_exact ? capped : max_id - min_pending + 1;
+        m->oldest_pending_age_seconds = num(res, 2);
+        m->failed_rows = (int64_t)num(res, 4);
+        m->notify_queue_usage = num(res, 5);
+    } else {
+        failed(mon, "backlog statistics", res);
+    }
+    PQclear(res);
+    send_long_tx(mon);
+}
+
+static void long_tx_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    struct metrics *m = mon->m;
+    mon->step = STEP_IDLE;
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
+        m->long_tx_pid = atoi(PQgetvalue(res, 0, 0));
+        snprintf(m->long_tx_xid, sizeof(m->long_tx_xid), "%s", PQgetvalue(res, 0, 1));
+        m->long_tx_age_seconds = num(res, 2);
+        snprintf(m->long_tx_application, sizeof(m->long_tx_application), "%s", PQgetvalue(res, 0, 3));
+        snprintf(m->long_tx_user, sizeof(m->long_tx_user), "%s", PQgetvalue(res, 0, 4));
+        if (m->long_tx_pid != mon->long_tx_reported_pid ||
+            strcmp(m->long_tx_xid, mon->long_tx_reported_xid) != 0) {
+            log_warn("long-running transaction: pid=%d xid=%s age=%.0fs application_name='%s' "
+                     "user='%s' query_start=%s: it holds back vacuum (and the rows it "
+                     "locks); find it with SELECT * FROM pg_stat_activity WHERE pid = %d",
+                     m->long_tx_pid, m->long_tx_xid[0] ? m->long_tx_xid : "none",
+                     m->long_tx_age_seconds, m->long_tx_application, m->long_tx_user,
+                     PQgetvalue(res, 0, 5)[0] ? PQgetvalue(res, 0, 5) : "-", m->long_tx_pid);
+            mon->long_tx_reported_pid = m->long_tx_pid;
+            snprintf(mon->long_tx_reported_xid, sizeof(mon->long_tx_reported_xid), "%s", m->long_tx_xid);
+        }
+    } else if (pgconn_result_ok(res)) {
+        if (mon->long_tx_reported_pid || mon->long_tx_reported_xid[0])
+            log_info("long-running transaction pid=%d ended", mon->long_tx_reported_pid);
+        m->long_tx_pid = 0;
+        m->long_tx_xid[0] = m->long_tx_application[0] = m->long_tx_user[0] = '\0';
+        m->long_tx_age_seconds = 0;
+        mon->long_tx_reported_pid = 0;
+        mon->long_tx_reported_xid[0] = '\0';
+    } else {
+        failed(mon, "long transaction check", res);
+    }
+    PQclear(res);
+    mon->step = STEP_XMIN_HOLDER;
+    if (pgconn_query(mon->conn, mon->sql->xmin_holder, 0, NULL, xmin_holder_done, mon) != 0)
+        mon->step = STEP_IDLE;
+}
+
+static void holder_clear(struct monitor *mon)
+{
+    if (mon->holder_reported)
+        log_info("the xmin horizon is no longer held back by %s", mon->holder);
+    mon->holder[0] = '\0';
+    mon->holder_reported = 0;
+    mon->m->xmin_holder_seconds = 0;
+    mon->m->xmin_holder_kind[0] = mon->m->xmin_holder_name[0] = '\0';
+}
+
+/* The same holder with the same xmin on every check since holder_since: reported once it
+ * held it longer than the long-transaction threshold. */
+static void xmin_holder_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    struct metrics *m = mon->m;
+    mon->step = STEP_IDLE;
+    if (pgconn_result_ok(res) && PQntuples(res) == 1) {
+        char holder[160];
+        snprintf(holder, sizeof(holder), "%s '%s' (xmin %s)", PQgetvalue(res, 0, 0),
+                 PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+        ev_tstamp now = ev_now(mon->loop);
+        if (strcmp(holder, mon->holder) != 0) {
+            holder_clear(mon);
+            snprintf(mon->holder, sizeof(mon->holder), "%s", holder);
+            mon->holder_since = now;
+        }
+        if (now - mon->holder_since >= mon->cfg->long_tx_seconds) {
+            m->xmin_holder_seconds = now - mon->holder_since;
+            snprintf(m->xmin_holder_kind, sizeof(m->xmin_holder_kind), "%s", PQgetvalue(res, 0, 0));
+            snprintf(m->xmin_holder_name, sizeof(m->xmin_holder_name), "%s", PQgetvalue(res, 0, 1));
+            if (!mon->holder_reported)
+                log_warn("the xmin horizon is held back by %s, pid=%s, for at least %.0fs and "
+                         "%s transactions: it holds back vacuum as a long transaction would; "
+                         "see pg_replication_slots and pg_stat_replication (hot_standby_feedback "
+                         "with a long query on the standby, or a slot nobody uses)",
+                         mon->holder, PQgetvalue(res, 0, 3), m->xmin_holder_seconds,
+                         PQgetvalue(res, 0, 4));
+            mon->holder_reported = 1;
+        }
+    } else if (pgconn_result_ok(res)) {
+        holder_clear(mon);
+    } else {
+        failed(mon, "xmin horizon check", res);
+    }
+    PQclear(res);
+    next(mon);
+}
+
+static void purge_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    if (!pgconn_result_ok(res)) {
+        failed(mon, "retention purge", res);
+        PQclear(res);
+        mon->purge_after_id = 0;
+        next(mon);
+        return;
+    }
+    long long deleted = (long long)num(res, 0);
+    long long max_seen = (long long)num(res, 1);
+    long long live = (long long)num(res, 2);
+    PQclear(res);
+    mon->m->retention_deleted_total += (uint64_t)deleted;
+    mon->purge_cycle_deleted += deleted;
+    if (max_seen == 0 || live > 0) {
+        /* Reached rows still PENDING or too young: this cycle is done. */
+        if (mon->purge_cycle_deleted > 0)
+            log_info("retention: deleted %lld SENT rows older than %s", mon->purge_cycle_deleted,
+                     mon->cfg->retention);
+        mon->purge_after_id = 0;
+        mon->purge_cycle_deleted = 0;
+    } else {
+        mon->purge_after_id = max_seen;
+        mon->purge_due = 1; /* keep going, one small batch at a time */
+    }
+    next(mon);
+}
+
+/* Runs the next due step; one statement at a time on the monitor connection. */
+static void next(struct monitor *mon)
+{
+    if (mon->step != STEP_IDLE || !pgconn_idle(mon->conn))
+        return;
+    if (!mon->duplicates_done) {
+        if (pgconn_query(mon->conn, mon->sql->duplicates, 0, NULL, duplicates_done, mon) == 0)
+            mon->step = STEP_DUPLICATES;
+        return;
+    }
+    if (mon->stats_due) {
+        mon->stats_due = 0;
+        if (mono_ms() < mon->stats_next_ms) { /* the backlog waits; the checks do not */
+            send_long_tx(mon);
+            return;
+        }
+        mon->stats_sent_ms = mono_ms();
+        char cap[16];
+        snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
+        const char *params[1] = {cap};
+        if (pgconn_query(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
+            mon->step = STEP_STATS;
+        return;
+    }
+    if (mon->purge_due && mon->cfg->retention_seconds > 0) {
+        mon->purge_due = 0;
+        char after[24], window[16], secs[16];
+        snprintf(after, sizeof(after), "%lld", mon->purge_after_id);
+        snprintf(window, sizeof(window), "%d", PURGE_WINDOW);
+        snprintf(secs, sizeof(secs), "%d", mon->cfg->retention_seconds);
+        const char *params[3] = {after, window, secs};
+        if (pgconn_query(mon->conn, mon->sql->purge, 3, params, purge_done, mon) == 0)
+            mon->step = STEP_PURGE;
+    }
+}
+
+static void stats_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct monitor *mon = w->data;
+    mon->stats_due = 1;
+    next(mon);
+}
+
+static void purge_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct monitor *mon = w->data;
+    mon->purge_due = 1;
+    next(mon);
+}
+
+static void monitor_ready(void *ctx)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    mon->stats_due = 1;
+    next(mon);
+}
+
+static void monitor_lost(void *ctx, const char *why)
+{
+    (void)why;
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+}
+
+struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
+                            const struct outbox_sql *sql, struct metrics *m)
+{
+    struct monitor *mon = xcalloc(1, sizeof(*mon));
+    mon->loop = loop;
+    mon->cfg = cfg;
+    mon->sql = sql;
+    mon->m = m;
+    char setup[160];
+    snprintf(setup, sizeof(setup), "SET statement_timeout = %d; SET application_name = 'outbox-relay monitor'",
+             cfg->statement_timeout_ms);
+    static const struct pgconn_callbacks cb = {monitor_ready, monitor_lost, NULL};
+    mon->conn = pgconn_new(loop, "monitor", cfg->pg_dsn, setup, cfg->reconnect_max_ms, &cb, mon);
+    if (cfg->pg_dsn_file)
+        pgconn_set_dsn_file(mon->conn, cfg->pg_dsn_file, "OUTBOX_PG_DSN_FILE");
+    ev_timer_init(&mon->stats_timer, stats_timer_cb, STATS_INTERVAL_S, STATS_INTERVAL_S);
+    mon->stats_timer.data = mon;
+    ev_timer_init(&mon->purge_timer, purge_timer_cb, 1.0, PURGE_INTERVAL_S);
+    mon->purge_timer.data = mon;
+    return mon;
+}
+
+void monitor_start(struct monitor *mon)
+{
+    pgconn_start(mon->conn);
+    ev_timer_start(mon->loop, &mon->stats_timer);
+    if (mon->cfg->retention_seconds > 0)
+        ev_timer_start(mon->loop, &mon->purge_timer);
+}
+
+void monitor_stop(struct monitor *mon)
+{
+    ev_timer_stop(mon->loop, &mon->stats_timer);
+    ev_timer_stop(mon->loop, &mon->purge_timer);
+    pgconn_stop(mon->conn);
+}
+
+int monitor_connected(const struct monitor *mon)
+{
+    return pgconn_connected(mon->conn);
+}
+
+void monitor_free(struct monitor *mon)
+{
+    if (!mon)
+        return;
+    monitor_stop(mon);
+    pgconn_free(mon->conn);
+    free(mon);
+}

@@ -1,0 +1,520 @@
+/* SQL statements over the outbox table. */
+#include "relay/outbox.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/schema.h"
+#include "core/util.h"
+
+
+/* "status = 'PENDING'" for statements that find their rows by id (see outbox_sql_init). */
+#define BY_ID_PENDING "(status || '') = 'PENDING'"
+
+/* The topic template as a SQL expression over row alias p, so claims can skip paused
+ * topics: 'outbox.event.' || p.aggregate_type. The template was validated (no quotes). */
+static char *topic_expression(const char *tmpl)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_puts(&sb, "coalesce(p.topic, ''");
+    const char *lit = tmpl;
+    for (const char *p = tmpl;; p++) {
+        int agg = strncmp(p, "{aggregate_type}", 16) == 0;
+        int evt = strncmp(p, "{event_type}", 12) == 0;
+        if (*p == '\0' || agg || evt) {
+            if (p > lit)
+                strbuf_printf(&sb, " || '%.*s'", (int)(p - lit), lit);
+            if (*p == '\0')
+                break;
+            strbuf_puts(&sb, agg ? " || p.aggregate_type" : " || p.event_type");
+            p += agg ? 15 : 11;
+            lit = p + 1;
+        }
+    }
+    strbuf_puts(&sb, ")");
+    return sb.buf;
+}
+
+static char *placement_columns(const struct config *cfg);
+
+/* A placement column's value as the header text Debezium's event router gives it (its
+ * PostgreSQL connector's default adaptive temporal encodings; checked side by side in
+ * test/integration/debezium.sh): timestamp as epoch microseconds (milliseconds at a
+ * precision of 3 or less), timestamptz as ISO-8601 in UTC with the column's digits of a
+ * second (a NULL-safe left() of to_char: 19 characters, then '.' and the digits), date as
+ * days since the epoch; any other type as its PostgreSQL text. type is format_type's. */
+static void header_value_sql(struct strbuf *sb, const char *type, const char *v)
+{
+    int precision = 6;
+    const char *paren = strchr(type, '(');
+    if (paren)
+        precision = atoi(paren + 1);
+    if (strncmp(type, "timestamp", 9) == 0 && strstr(type, "without time zone"))
+        strbuf_printf(sb, "(extract(epoch FROM %s) * %s)::int8::text", v,
+                      precision <= 3 ? "1000" : "1000000");
+    else if (strncmp(type, "timestamp", 9) == 0 && strstr(type, "with time zone"))
+        strbuf_printf(sb, "left(to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), %d) || 'Z'",
+                      v, 19 + (precision > 0 ? 1 + precision : 0));
+    else if (strcmp(type, "date") == 0)
+        strbuf_printf(sb, "(%s - date '1970-01-01')::text", v);
+    else
+        strbuf_printf(sb, "%s::text", v);
+}
+
+char *outbox_headers_sql(const struct config *cfg, const char *alias, const char *types)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    if (!cfg->debezium || !cfg->additional_placement || !cfg->additional_placement[0]) {
+        strbuf_printf(&sb, "%s.headers", alias);
+        return sb.buf;
+    }
+    /* json, not jsonb: the headers keep the placement's order */
+    strbuf_puts(&sb, "json_build_object(");
+    const char *cursor = cfg->additional_placement, *type = types ? types : "";
+    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX], err[256];
+    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++) {
+        const char *bar = strchr(type, '|');
+        size_t tlen = bar ? (size_t)(bar - type) : strlen(type);
+        char t[128];
+        snprintf(t, sizeof(t), "%.*s", (int)(tlen < sizeof(t) ? tlen : sizeof(t) - 1), type);
+        type = bar ? bar + 1 : type + tlen;
+        char v[CONFIG_IDENT_MAX + 64];
+        snprintf(v, sizeof(v), "(%s.source_row).\"%s\"", alias, column);
+        strbuf_printf(&sb, "%s'%s', ", i ? ", " : "", header);
+        header_value_sql(&sb, t, v);
+    }
+    strbuf_puts(&sb, ")");
+    return sb.buf;
+}
+
+/* The types (format_type) of the OUTBOX_ADDITIONAL_PLACEMENT columns of table t, in the
+ * setting's order, joined by '|' (no type name has one); '' for a missing column. */
+static char *placement_types_sql(const struct config *cfg, const char *t)
+{
+    char *columns = placement_columns(cfg);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "(SELECT string_agg(coalesce((SELECT format_type(a.atttypid, a.atttypmod)"
+                       " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = u.c"
+                       " AND NOT a.attisdropped), ''), '|' ORDER BY u.n)"
+                       " FROM unnest(%s) WITH ORDINALITY AS u(c, n))", t, columns);
+    free(columns);
+    return sb.buf;
+}
+
+char *outbox_placement_types_query(const struct config *cfg)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    char *expr = placement_types_sql(cfg, table_q);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "SELECT %s", expr);
+    free(expr);
+    free(schema_q);
+    free(table_q);
+    free(name);
+    return sb.buf;
+}
+
+/* The OUTBOX_ADDITIONAL_PLACEMENT columns as a SQL text[] literal (for the start check). */
+static char *placement_columns(const struct config *cfg)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_puts(&sb, "ARRAY[");
+    const char *cursor = cfg->additional_placement ? cfg->additional_placement : "";
+    char column[CONFIG_IDENT_MAX], header[CONFIG_IDENT_MAX], err[256];
+    for (int i = 0; config_placement_next(&cursor, column, header, err, sizeof(err)) == 1; i++)
+        strbuf_printf(&sb, "%s'%s'", i ? ", " : "", column);
+    strbuf_puts(&sb, "]::text[]");
+    return sb.buf;
+}
+
+/* The claim over table t. Bytes: each row's payload size (its stored size while small and
+ * not compressed, else the length of what is sent: the text of a jsonb, json or text
+ * payload, the bytes of a bytea one); the claim stops where the sum passes $6 (the relay's
+ * byte budget left; at least one row), and a payload larger than $7 (the producer's
+ * message.max.bytes) is never fetched: its row comes back with payload NULL, to be
+ * parked. A bytea payload comes as hex, whatever bytea_output says (claim.c decodes it).
+ * Sizes, conversions and created_ms are computed after the LIMIT, for the rows kept only
+ * (a quarter less claim time than computing them per candidate row). The last column is
+ * the doorbell's count of requeues (schema 5; 0 before), read in the claim's snapshot. */
+static char *claim_sql(const char *t, const char *doorbell, const char *parked,
+                       const char *topic_expr, const char *headers_expr, int bytea, int requeue_count)
+{
+    struct strbuf count;
+    strbuf_init(&count);
+    if (requeue_count)
+        strbuf_printf(&count, "(SELECT requeued FROM %s)", doorbell);
+    else
+        strbuf_puts(&count, "0::int8");
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH c AS ("
+                  " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
+                  "  o.topic, o.payload, %s AS headers, o.created_at, o.attempts, o.lease_partition"
+                  " FROM unnest($4::int2[], $9::int8[]) AS lp(part, floor)"
+                  " CROSS JOIN LATERAL ("
+                  "  SELECT * FROM %s p"
+                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id > lp.floor"
+                  "   AND p.id <> ALL($1::int8[])%s"
+                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
+                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
+                  "  ORDER BY p.id LIMIT $5) o"
+                  " ORDER BY o.id LIMIT $2),"
+                  /* sizes, the budget and the conversions only for the rows kept */
+                  " s AS (SELECT c.*, coalesce(CASE WHEN pg_column_compression(c.payload) IS NULL"
+                  "   AND pg_column_size(c.payload) < 2000 THEN pg_column_size(c.payload)"
+                  "   ELSE octet_length(%s) END, 0) AS sz FROM c),"
+                  " w AS (SELECT *, sum(sz) OVER (ORDER BY id) AS upto FROM s)"
+                  " SELECT id, event_id, aggregate_type, aggregate_id, event_type, topic,"
+                  "  CASE WHEN sz > $7::int8 THEN NULL ELSE %s END, headers::text,"
+                  "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz, %s"
+                  " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
+                  headers_expr, t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
+                  bytea ? "encode(payload, 'hex')" : "payload::text", count.buf);
+    strbuf_destroy(&count);
+    return sb.buf;
+}
+
+void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    char *t = schema_rows_relation(cfg->table, cfg->debezium);
+    char *headers_expr = outbox_headers_sql(cfg, "o", sql->placement_types);
+    struct strbuf doorbell, parked;
+    strbuf_init(&doorbell);
+    strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
+    strbuf_init(&parked);
+    if (strcmp(cfg->poison_policy, "skip") != 0)
+        strbuf_printf(&parked,
+                      "   AND NOT EXISTS (SELECT 1 FROM %s f"
+                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+    free(sql->claim);
+    sql->claim = claim_sql(t, doorbell.buf, parked.buf, sql->topic_expr, headers_expr, bytea,
+                           requeue_count);
+    strbuf_destroy(&doorbell);
+    strbuf_destroy(&parked);
+    free(headers_expr);
+    free(schema_q);
+    free(table_q);
+    free(t);
+    free(name);
+}
+
+void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    if (bell) {
+        /* Schema 6: the bell is a sequence, armed by setval(bell, 1, true), which the
+         * trigger's WHEN condition reads (schema/006_bell.sql); the channel it rings lives in
+         * the doorbell row, written only when it differs. Nothing here waits for a writer. */
+        strbuf_printf(&sb,
+                      "WITH c AS (UPDATE %s.\"%s_doorbell\" SET channel = $1"
+                      "  WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\""
+                      "   WHERE channel IS DISTINCT FROM $1 FOR UPDATE SKIP LOCKED))"
+                      " SELECT setval('%s.\"%s_bell\"'::regclass, 1, true)",
+                      schema_q, name, schema_q, name, schema_q, name);
+    } else {
+        /* Schema 5 and before. Arming never waits: the doorbell row is locked by a writer
+         * that is disarming it (and rings at its commit, however late) or by another relay
+         * arming it; either way it is as good as armed, and the poll covers the rest.
+         * Waiting would stop the worker for as long as that writer's transaction stays open. */
+        strbuf_printf(&sb, "UPDATE %s.\"%s_doorbell\" SET armed = true, channel = $1"
+                           " WHERE only_row IN (SELECT only_row FROM %s.\"%s_doorbell\" FOR UPDATE SKIP LOCKED)",
+                      schema_q, name, schema_q, name);
+    }
+    free(sql->arm);
+    sql->arm = sb.buf;
+    free(schema_q);
+    free(t);
+    free(name);
+}
+
+void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    /* rows are read and written through t: the table, or the Debezium layout's view */
+    char *t = schema_rows_relation(cfg->table, cfg->debezium);
+    memset(sql, 0, sizeof(*sql));
+    sql->topic_expr = topic_expression(cfg->topic_template);
+    struct strbuf sb;
+
+    /* Every claim starts in each held lease partition of the pending index at that
+     * partition's proven floor ($9, aligned with $4; 0 is the bottom: floor.c) and skips
+     * only the rows in flight ($1, a hashed NOT IN), so a row that commits late below rows
+     * already published is still found, in id order with the later rows of its key (a key
+     * never changes partition). At most $5 rows per partition, $2 in all. Keys with a
+     * parked row wait (unless the poison policy is skip); paused topics wait; keys held
+     * back because their Kafka partition holds its share wait ($8, kshare.h). The claim
+     * is read-only: it needs no transaction id and no WAL flush. */
+    outbox_sql_claim(sql, cfg, 0, 0);
+
+    strbuf_init(&sb);
+    /* The mark also records the highest id this relay has claimed so far (rows in flight
+     * included), for the duplicates estimate after a crash: one upsert of a small row per
+     * mark, in the same statement, so no extra round trip or WAL flush. */
+    /* Statements on rows by id test PENDING as BY_ID_PENDING, which the planner cannot match
+     * with the pending index's predicate: they go through the primary key. With a plain
+     * status = 'PENDING' the planner may pick the pending index (few live entries in its
+     * statistics) and scan all of it, every dead entry of its head included: measured with a
+     * REPEATABLE READ transaction open for 80 s, a mark of a few hundred rows took 1-4 s. */
+    if (cfg->on_sent && strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
+        strbuf_printf(&sb, "WITH m AS (DELETE FROM %s"
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
+    else
+        strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
+    strbuf_printf(&sb,
+                  " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
+                  "  VALUES ($2, $3::int8)"
+                  "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
+                  "   updated_at = clock_timestamp()"
+                  "  WHERE s.claimed_high < excluded.claimed_high)"
+                  " SELECT count(*) FROM m", schema_q, name);
+    sql->mark = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
+                  "WHERE id = $1::int8 AND " BY_ID_PENDING, t);
+    sql->park = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING, t);
+    sql->note_failed = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "UPDATE %s SET attempts = attempts + 1, last_error = $2,"
+                  " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
+                  "WHERE id = $1::int8 AND " BY_ID_PENDING " RETURNING status, attempts, event_id,"
+                  " aggregate_id, aggregate_type, event_type,"
+                  " " OUTBOX_CREATED_MS("created_at"), t);
+    sql->row_failed = sb.buf;
+
+    outbox_sql_arm(sql, cfg, 0);
+
+    /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table
+     * (every INSERT takes it before drawing its id, until its transaction ends; readers
+     * hold only ACCESS SHARE), and how many of those the last probe listed ($1) still do.
+     * One read of the lock table answers both. Prepared transactions have no pid. And the
+     * doorbell's requeue count (schema 5: the probe runs only there), for requeues that no
+     * claim saw (a claim that finds no row cannot tell). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT coalesce(array_agg(l.virtualtransaction)"
+                  "  FILTER (WHERE l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),"
+                  " count(*) FILTER (WHERE l.virtualtransaction = ANY($1::text[])),"
+                  " (SELECT requeued FROM %s.\"%s_doorbell\")"
+                  " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
+                  "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                  "  AND l.relation = '%s'::regclass", schema_q, name, table_q);
+    sql->floor_probe = sb.buf;
+
+    sql->version = schema_version_query(cfg->table);
+    char *placement = placement_columns(cfg), *types = placement_types_sql(cfg, table_q);
+    /* At start-up: the version, the layout (and the columns OUTBOX_ADDITIONAL_PLACEMENT
+     * names that the table lacks), whether row-level security would hide rows from this role
+     * (enabled, not bypassed by the role, not the owner's unless forced), and the payload
+     * column's type (bytea is claimed as hex). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT (%s) AS version,"
+                  " (SELECT c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)"
+                  "   AND (c.relforcerowsecurity OR NOT pg_has_role(c.relowner, 'MEMBER'))"
+                  "  FROM pg_class c, pg_roles r WHERE c.oid = '%s'::regclass"
+                  "  AND r.rolname = current_user) AS rls_hides_rows,"
+                  " (SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                  "  WHERE attrelid = '%s'::regclass AND attname = 'payload' AND NOT attisdropped)"
+                  "  AS payload_type,"
+                  " EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '%s'::regclass"
+                  "  AND attname = 'relay_seq' AND NOT attisdropped) AS debezium_layout,"
+                  " (SELECT string_agg(c, ', ') FROM unnest(%s) c WHERE NOT EXISTS (SELECT 1"
+                  "  FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = c"
+                  "  AND NOT attisdropped)) AS missing_columns,"
+                  " %s AS placement_types",
+                  sql->version, table_q, table_q, table_q, placement, table_q, types);
+    free(placement);
+    free(types);
+    sql->start_check = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH heads AS (SELECT h.id, h.created_at FROM generate_series(0, %d) lp"
+                  "  CROSS JOIN LATERAL (SELECT id, created_at FROM %s WHERE status = 'PENDING'"
+                  "   AND lease_partition = lp ORDER BY id LIMIT 1) h)"
+                  "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
+                  " (SELECT min(id) FROM heads),"
+                  " (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
+                  " (SELECT max(id) FROM %s),"
+                  " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
+                  " pg_notification_queue_usage()",
+                  OUTBOX_LEASE_PARTITIONS - 1, t, t, t, t);
+    sql->stats = sb.buf;
+
+    sql->long_tx = xstrdup(
+        "SELECT pid, xid, age, application_name, usename, query_start FROM ("
+        " SELECT pid, coalesce(backend_xid::text, backend_xmin::text, '') AS xid,"
+        "  extract(epoch FROM clock_timestamp() - xact_start) AS age,"
+        "  coalesce(application_name, '') AS application_name, coalesce(usename::text, '') AS usename,"
+        "  coalesce(to_char(query_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '') AS query_start"
+        " FROM pg_stat_activity"
+        " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        "  AND datname = current_database()"
+        "  AND clock_timestamp() - xact_start > make_interval(secs => $1::int)"
+        " UNION ALL"
+        " SELECT 0, transaction::text, extract(epoch FROM clock_timestamp() - prepared),"
+        "  'prepared transaction ' || gid, owner::text, ''"
+        " FROM pg_prepared_xacts WHERE clock_timestamp() - prepared > make_interval(secs => $1::int)"
+        "  AND database = current_database()"
+        ") l ORDER BY age DESC LIMIT 1");
+
+    /* A replication slot (physical, or logical of this database) or a standby's feedback
+     * whose xmin is older than the oldest transaction running now holds back vacuum as a
+     * long transaction would; its age in time is not recorded anywhere, so the monitor
+     * times how long the same xmin stays. */
+    sql->xmin_holder = xstrdup(
+        "SELECT kind, name, xmin::text, pid, age(xmin) FROM ("
+        " SELECT 'replication slot' AS kind, slot_name::text AS name, xmin,"
+        "  coalesce(active_pid, 0) AS pid"
+        " FROM pg_replication_slots WHERE xmin IS NOT NULL"
+        "  AND (database IS NULL OR database = current_database())"
+        " UNION ALL"
+        " SELECT 'standby', coalesce(nullif(application_name, ''), host(client_addr), 'walsender'),"
+        "  backend_xmin, pid FROM pg_stat_replication WHERE backend_xmin IS NOT NULL"
+        ") h WHERE age(xmin) > (SELECT age(backend_xmin) FROM pg_stat_activity"
+        "  WHERE pid = pg_backend_pid())"
+        " ORDER BY age(xmin) DESC, kind, name LIMIT 1");
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "WITH w AS (SELECT id, status, sent_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
+                  " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM w WHERE status = 'SENT'"
+                  "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)) RETURNING 1)"
+                  " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
+                  " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
+                  "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
+                  t, t);
+    sql->purge = sb.buf;
+
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "
+                  "(SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")",
+                  t, schema_q, name);
+    sql->duplicates = sb.buf;
+
+    /* Leases: session advisory locks (key, partition) on the worker connection, the key
+     * derived from the table's name with its schema ("outbox" is "public.outbox"). Every
+     * relay's worker session also holds the table's membership lock (key, MEMBER) in
+     * shared mode: the relays of this table are its holders, whatever their names. */
+    sql->lease_key = outbox_lease_key(cfg->table);
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+        "WITH l AS (SELECT objid::int AS p, pid FROM pg_locks WHERE locktype = 'advisory'"
+        "  AND classid = $1::int::oid AND objsubid = 2 AND granted"
+        "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),"
+        " m AS (SELECT pid FROM l WHERE p = %d)"
+        " SELECT (SELECT count(*) FROM m),"
+        "  array(SELECT p FROM l WHERE p < %d AND pid IN (SELECT pid FROM m))::text,"
+        "  array(SELECT p FROM l WHERE p < %d AND pid NOT IN (SELECT pid FROM m))::text,"
+        "  (SELECT string_agg(DISTINCT 'pid ' || l.pid || coalesce(' (' || nullif(a.application_name, '')"
+        "   || ')', ''), ', ') FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+        "   WHERE l.p < %d AND l.pid NOT IN (SELECT pid FROM m))",
+        OUTBOX_MEMBER_LOCK, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS);
+    sql->lease_scan = sb.buf;
+    /* The acquisition's fencing token: the server's clock in microseconds when the lock was
+     * taken, after the previous holder's session let it go; carried in every message. */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay,"
+                  "  (extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+                  " FROM unnest($2::int[]) p"
+                  " LEFT JOIN LATERAL (SELECT event, relay FROM %s.\"%s_lease_log\" l"
+                  "  WHERE l.lease_partition = p ORDER BY id DESC LIMIT 1) last ON true",
+                  schema_q, name);
+    sql->lease_acquire = sb.buf;
+    sql->lease_release = xstrdup("SELECT pg_advisory_unlock($1::int, p) FROM unnest($2::int[]) p");
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "INSERT INTO %s.\"%s_lease_log\" (lease_partition, relay, event, at, publish_from,"
+                  " publish_until) SELECT p, $2, e, to_timestamp(a / 1000.0),"
+                  " to_timestamp(nullif(f, 0) / 1000.0), to_timestamp(nullif(u, 0) / 1000.0)"
+                  " FROM unnest($1::int[], $3::text[], $4::int8[], $5::int8[], $6::int8[])"
+                  "  AS l(p, e, a, f, u)",
+                  schema_q, name);
+    sql->lease_log = sb.buf;
+
+    free(schema_q);
+    free(table_q);
+    free(t);
+    free(name);
+
+    /* Session settings: the worker's statement timeout and keepalives follow the lease
+     * timeout (the server must notice a dead relay before the lease grace ends). A frozen
+     * process (SIGSTOP, a paused container) still answers keepalives from its kernel, so
+     * the session also ends when it sent nothing for 30% of the lease timeout (a live
+     * relay scans its leases every 20%; its own deadline is 30% too). */
+    strbuf_init(&sb);
+    strbuf_printf(&sb,
+                  "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
+                  "SET idle_session_timeout = %d; "
+                  "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
+                  "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
+                  "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
+                  "SET application_name = 'outbox-relay ",
+                  cfg->statement_timeout_ms, cfg->lease_timeout_ms * 3 / 10,
+                  cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
+                  cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK);
+    /* the name was validated: at most 50 printable ASCII characters; quotes are dropped */
+    for (const char *c = cfg->relay_name ? cfg->relay_name : ""; *c; c++)
+        if (*c != '\'' && *c != '\\')
+            strbuf_append(&sb, c, 1);
+    strbuf_puts(&sb, "'");
+    sql->worker_setup = sb.buf;
+    if (cfg->notify_channel && cfg->notify_channel[0]) {
+        strbuf_init(&sb);
+        strbuf_printf(&sb, "SET application_name = 'outbox-relay listen'; LISTEN \"%s\"",
+                      cfg->notify_channel);
+        sql->listen_setup = sb.buf;
+    }
+}
+
+int outbox_lease_key(const char *table)
+{
+    struct strbuf full;
+    strbuf_init(&full);
+    if (!strchr(table, '.'))
+        strbuf_puts(&full, "public.");
+    strbuf_puts(&full, table);
+    uint32_t h = 2166136261u;
+    for (const char *c = full.buf; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    strbuf_destroy(&full);
+    return (int)(h & 0x7fffffff);
+}
+
+void outbox_sql_destroy(struct outbox_sql *sql)
+{
+    char **all[] = {&sql->claim, &sql->floor_probe, &sql->mark, &sql->park, &sql->note_failed,
+                    &sql->row_failed, &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
+                    &sql->purge,
+                    &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
+                    &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
+                    &sql->placement_types};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}

@@ -1,0 +1,152 @@
+/* The relay's metrics: its counters, gauges and histograms, rendered to Prometheus' text
+ * exposition format with the core's helpers. */
+#include "relay/relay_metrics.h"
+
+#include <string.h>
+
+/* Fine below 50 ms, where the latency target lives; coarse above. */
+static const double latency_bounds[] = {0.001, 0.002,  0.003, 0.004, 0.005, 0.0075, 0.01,
+                                        0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03,   0.04,
+                                        0.05,  0.075,  0.1,   0.25,  0.5,   1,      2.5,
+                                        5,     10,     30,    60,    300};
+static const double batch_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+
+const char *failure_reason_name(enum failure_reason r)
+{
+    static const char *const names[] = {"row", "topic", "producer", "transient"};
+    return r < FAILURE_REASONS ? names[r] : "unknown";
+}
+
+void metrics_init(struct metrics *m)
+{
+    memset(m, 0, sizeof(*m));
+    histogram_init(&m->latency, latency_bounds, ARRAY_LEN(latency_bounds));
+    histogram_init(&m->batch_rows, batch_bounds, ARRAY_LEN(batch_bounds));
+}
+
+void metrics_render(const struct metrics *m, const char *version, struct strbuf *o)
+{
+    metrics_head(o, "outbox_build_info", "gauge", "Build information; always 1.");
+    strbuf_puts(o, "outbox_build_info{version=\"");
+    metrics_label_value(o, version);
+    strbuf_puts(o, "\"} 1\n");
+
+    metrics_gauge(o, "outbox_pending_rows",
+          "PENDING rows in the outbox (exact up to the count cap, see outbox_pending_rows_exact).",
+          (double)m->pending_rows);
+    metrics_gauge(o, "outbox_pending_rows_exact",
+          "1 if outbox_pending_rows is an exact count, 0 if it is an upper bound from ids.",
+          m->pending_rows_exact);
+    metrics_gauge(o, "outbox_oldest_pending_age_seconds",
+          "Age of the oldest PENDING row (0 when there is none).", m->oldest_pending_age_seconds);
+    metrics_gauge(o, "outbox_failed_rows", "Parked (FAILED) rows waiting for requeue.", (double)m->failed_rows);
+    metrics_gauge(o, "outbox_inflight_rows", "Rows claimed and not yet marked SENT.", (double)m->inflight_rows);
+    metrics_gauge(o, "outbox_postgres_connected", "1 if the worker connection to PostgreSQL is up.",
+          m->pg_connected);
+    metrics_gauge(o, "outbox_kafka_brokers_up", "Kafka brokers the producer is connected to.",
+          m->kafka_brokers_up);
+    metrics_gauge(o, "outbox_notify_queue_usage_ratio",
+          "pg_notification_queue_usage(): fraction of the cluster-wide NOTIFY queue in use.",
+          m->notify_queue_usage);
+    metrics_gauge(o, "outbox_degraded",
+          "1 if the relay cannot make progress (see outbox_stalled); the process stays alive.",
+          m->degraded);
+
+    metrics_head(o, "outbox_stalled", "gauge", "1 for the reason the backlog is not moving, if it is not.");
+    static const char *const reasons[] = {"postgres_unreachable", "kafka_unreachable",
+                                          "lease_partitions_unowned", "topic_paused",
+                                          "parked_key", "long_transaction", "xmin_horizon_held",
+                                          "unknown"};
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++)
+        strbuf_printf(o, "outbox_stalled{reason=\"%s\"} %d\n", reasons[i],
+                      m->stall_reason && strcmp(m->stall_reason, reasons[i]) == 0);
+
+    metrics_head(o, "outbox_topic_paused", "gauge", "1 for each topic paused by a topic-level error.");
+    for (size_t i = 0; i < m->n_paused_topics; i++) {
+        strbuf_puts(o, "outbox_topic_paused{topic=\"");
+        metrics_label_value(o, m->paused_topics[i]);
+        strbuf_puts(o, "\"} 1\n");
+    }
+
+    metrics_head(o, "outbox_long_transaction_age_seconds", "gauge",
+         "Age of the oldest transaction open longer than the threshold (holds back vacuum).");
+    if (m->long_tx_pid || m->long_tx_age_seconds > 0) {
+        strbuf_printf(o, "outbox_long_transaction_age_seconds{pid=\"%d\",xid=\"", m->long_tx_pid);
+        metrics_label_value(o, m->long_tx_xid);
+        strbuf_puts(o, "\",application_name=\"");
+        metrics_label_value(o, m->long_tx_application);
+        strbuf_puts(o, "\",usename=\"");
+        metrics_label_value(o, m->long_tx_user);
+        strbuf_printf(o, "\"} %.3f\n", m->long_tx_age_seconds);
+    }
+
+    metrics_head(o, "outbox_xmin_horizon_held_seconds", "gauge",
+         "How long a replication slot or standby has held the xmin horizon older than any "
+         "running transaction (holds back vacuum), once past the long-transaction threshold.");
+    if (m->xmin_holder_seconds > 0) {
+        strbuf_puts(o, "outbox_xmin_horizon_held_seconds{kind=\"");
+        metrics_label_value(o, m->xmin_holder_kind);
+        strbuf_puts(o, "\",name=\"");
+        metrics_label_value(o, m->xmin_holder_name);
+        strbuf_printf(o, "\"} %.3f\n", m->xmin_holder_seconds);
+    }
+
+    metrics_counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
+    metrics_counter(o, "outbox_claims_from_bottom_total",
+            "Claims that read every lease partition from the bottom of the pending index (the "
+            "others start at proven floors above the rows already marked).",
+            m->claims_from_bottom_total);
+    metrics_counter(o, "outbox_floor_resets_total",
+            "Times rows were put back below the claim floors (a reset, a lost lease, a held key "
+            "or paused topic released, a requeue), so that the next claim read from the bottom.",
+            m->floor_resets_total);
+    metrics_counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
+    metrics_counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
+    metrics_counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
+    metrics_head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
+    for (int r = 0; r < FAILURE_REASONS; r++)
+        strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
+                      failure_reason_name((enum failure_reason)r),
+                      (unsigned long long)m->publish_failures_total[r]);
+    metrics_counter(o, "outbox_parked_total", "Rows parked as FAILED.", m->parked_total);
+    metrics_counter(o, "outbox_possible_duplicates_total",
+            "Upper bound of rows published more than once (after a failed delivery, a producer "
+            "reset, or a crash before marking).",
+            m->possible_duplicates_total);
+    metrics_counter(o, "outbox_producer_recreated_total", "Producers recreated after fatal errors.",
+            m->producer_recreated_total);
+    metrics_counter(o, "outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
+            m->resets_total);
+    metrics_counter(o, "outbox_retention_deleted_total", "SENT rows deleted by retention.",
+            m->retention_deleted_total);
+    metrics_counter(o, "outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
+            m->pg_reconnects_total);
+    metrics_counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
+            m->doorbell_wakeups_total);
+    metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
+          (double)m->lease_partitions_held);
+    metrics_head(o, "outbox_lease_partitions_unowned", "gauge",
+         "Lease partitions no relay of the table held at this relay's last scan (free, or "
+         "locked by another session); nobody publishes them meanwhile.");
+    strbuf_puts(o, "outbox_lease_partitions_unowned{table=\"");
+    metrics_label_value(o, m->table ? m->table : "");
+    strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
+    metrics_gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
+          (double)m->lease_relays);
+    metrics_counter(o, "outbox_partition_share_held_back_total",
+            "Claimed rows left PENDING because their Kafka partition held its share of the "
+            "in-flight window (a partition without a leader, or a slow one).",
+            m->share_held_back_total);
+    metrics_counter(o, "outbox_topic_partition_changes_total",
+            "Times a topic's partition count changed: per-key order across the change is not kept.",
+            m->topic_partition_changes_total);
+    metrics_counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
+            m->lease_rebalances_total);
+    metrics_counter(o, "outbox_lease_takeovers_total",
+            "Partitions taken over from a relay that did not release them.", m->lease_takeovers_total);
+    metrics_counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
+            m->lease_lost_total);
+    metrics_histogram(o, "outbox_event_latency_seconds",
+              "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
+    metrics_histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
+}

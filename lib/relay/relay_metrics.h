@@ -1,0 +1,73 @@
+/* The relay's metrics: plain counters, gauges and histograms owned by the loop thread,
+ * rendered to the text exposition format for the HTTP thread's snapshot. */
+#ifndef OUTBOX_RELAY_METRICS_H
+#define OUTBOX_RELAY_METRICS_H
+
+#include <stdint.h>
+
+#include "core/metrics.h"
+#include "sink/sink.h"
+
+const char *failure_reason_name(enum failure_reason r);
+
+
+#define METRICS_MAX_PAUSED 16
+
+struct metrics {
+    /* counters */
+    uint64_t claims_total;
+    uint64_t claims_from_bottom_total; /* claims that started every partition at the bottom */
+    uint64_t floor_resets_total;       /* floors put back to the bottom (floor.h) */
+    uint64_t claimed_rows_total;
+    uint64_t published_total;
+    uint64_t marked_total;
+    uint64_t publish_failures_total[FAILURE_REASONS];
+    uint64_t parked_total;
+    uint64_t possible_duplicates_total;
+    uint64_t producer_recreated_total;
+    uint64_t resets_total;
+    uint64_t retention_deleted_total;
+    uint64_t pg_reconnects_total;
+    uint64_t doorbell_wakeups_total;
+    uint64_t lease_rebalances_total;
+    uint64_t topic_partition_changes_total;
+    uint64_t share_held_back_total; /* rows left PENDING: their Kafka partition held its share */
+    uint64_t lease_takeovers_total;
+    uint64_t lease_lost_total;
+    int64_t lease_partitions_held;
+    int64_t lease_partitions_unowned; /* held by no relay of the table, at the last scan */
+    const char *table;                /* the outbox table (borrowed), a label of table-wide gauges */
+    int64_t lease_relays;             /* relays of the table, at the last scan */
+    /* gauges */
+    int64_t pending_rows;        /* exact below the count cap, else an upper bound */
+    int pending_rows_exact;
+    double oldest_pending_age_seconds;
+    int64_t failed_rows;
+    int64_t inflight_rows;
+    int pg_connected;
+    int kafka_brokers_up;
+    double notify_queue_usage;
+    int degraded;
+    const char *stall_reason; /* static string or NULL when flowing */
+    char paused_topics[METRICS_MAX_PAUSED][250];
+    size_t n_paused_topics;
+    /* the oldest long-running transaction, if any */
+    double long_tx_age_seconds;
+    int long_tx_pid;
+    char long_tx_xid[24];
+    char long_tx_application[64];
+    char long_tx_user[64];
+    /* a replication slot or standby that held the xmin horizon back longer than the threshold */
+    double xmin_holder_seconds;  /* 0: none */
+    char xmin_holder_kind[24];   /* "replication slot" or "standby" */
+    char xmin_holder_name[64];
+    /* histograms */
+    struct histogram latency;    /* created_at -> Kafka acknowledgement, seconds */
+    struct histogram batch_rows; /* rows per claim */
+};
+
+void metrics_init(struct metrics *m);
+/* Appends the exposition text. version is the build's version string. */
+void metrics_render(const struct metrics *m, const char *version, struct strbuf *out);
+
+#endif

@@ -1,0 +1,269 @@
+/* outbox-relay replay: publishes SENT rows again, exactly as they were first published
+ * (topic, key, value, headers, event_id, timestamp), through a producer with the relay's
+ * settings: a duplicate-delivery drill for consumers. Rows are read through a cursor in id
+ * order (bounded memory) and never changed. The relay's own lease header is not added: a
+ * replay publishes under no lease. */
+#include "relay/replay.h"
+
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "relay/message.h"
+#include "relay/outbox.h"
+#include "relay/pgconn.h"
+#include "relay/schema.h"
+#include "sink/sink.h"
+#include "core/util.h"
+
+#define FETCH_ROWS 1000
+#define GUARD_ROWS 100000 /* a --since window larger than this needs --limit */
+#define STALL_S 60        /* no delivery report for this long: give up on the rest */
+
+struct replay {
+    long long delivered, failed;
+    int fatal;
+    ev_tstamp last_report;
+    struct sink *sk; /* names its errors */
+};
+
+static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
+                        int maybe_persisted)
+{
+    (void)maybe_persisted;
+    struct replay *rp = ctx;
+    rp->last_report = ev_time();
+    if (err) {
+        rp->failed++;
+        log_warn("replay: row %lld to %s failed: %s", (long long)row_id, topic ? topic : "?",
+                 sink_err_str(rp->sk, err));
+    } else {
+        rp->delivered++;
+    }
+}
+
+static void on_fatal(void *ctx, const char *reason)
+{
+    struct replay *rp = ctx;
+    rp->fatal = 1;
+    log_error("replay: fatal producer error: %s", reason);
+}
+
+static const struct sink_callbacks replay_callbacks = {on_delivery, on_fatal, NULL};
+
+static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+/* Serves the loop until nothing is left in the producer, or nothing was reported for
+ * STALL_S seconds (Kafka unreachable): then what is left is purged and counted failed. */
+static void drain(struct ev_loop *loop, struct sink *sk, struct replay *rp, int below)
+{
+    rp->last_report = ev_time();
+    while (sink_outq_len(sk) > below && !rp->fatal) {
+        if (ev_time() - rp->last_report > STALL_S) {
+            log_warn("replay: no delivery report for %d s; giving up on %d messages",
+                     STALL_S, sink_outq_len(sk));
+            sink_abandon(sk, 2000);
+            break;
+        }
+        ev_run(loop, EVRUN_ONCE);
+        sink_poll(sk);
+    }
+}
+
+static const char *who(char *buf, size_t len)
+{
+    const char *user = getenv("USER");
+    struct passwd *pw = user ? NULL : getpwuid(getuid());
+    char host[128] = "";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(buf, len, "%s@%s", user ? user : pw ? pw->pw_name : "?", host);
+    return buf;
+}
+
+int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
+{
+    char *schema_q, *t, *name;
+    schema_names(cfg->table, &schema_q, &t, &name);
+    free(t); /* rows are read and written through the layout's relation */
+    t = schema_rows_relation(cfg->table, cfg->debezium);
+    const char *filter = cmd->id ? "id = $1::int8"
+                         : cmd->key ? "aggregate_id = $1"
+                                            : "created_at >= $1::timestamptz AND ($2::timestamptz IS NULL "
+                                              "OR created_at < $2::timestamptz)";
+    const char *params[2] = {cmd->id ? cmd->id : cmd->key ? cmd->key : cmd->since,
+                             cmd->until};
+    int nparams = cmd->since ? 2 : 1;
+    char what[512];
+    snprintf(what, sizeof(what), "%s%s%s%s", cmd->id ? "--id " : cmd->key ? "--key " : "--since ",
+             params[0], cmd->until ? " --until " : "", cmd->until ? cmd->until : "");
+    int rc = -1;
+    struct ev_loop *loop = NULL;
+    struct sink *sk = NULL;
+    struct strbuf q;
+    strbuf_init(&q);
+    struct replay rp = {0};
+    long long selected = 0, first_id = 0, last_id = 0;
+    PGresult *res = NULL;
+
+    /* Guard rail: a time window without --limit may not select more than GUARD_ROWS. */
+    if (cmd->since && !cmd->limit) {
+        strbuf_printf(&q, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'SENT' AND %s LIMIT %d) s",
+                      t, filter, GUARD_ROWS + 1);
+        if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
+            goto out;
+        long long n = atoll(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        res = NULL;
+        if (n > GUARD_ROWS) {
+            set_err(err, errlen, "the window holds more than %d SENT rows: give --limit N", GUARD_ROWS);
+            rc = OUTBOX_EXIT_USAGE;
+            goto out;
+        }
+        strbuf_reset(&q);
+    }
+    if (!cmd->dry_run) {
+        loop = ev_loop_new(EVFLAG_AUTO);
+        if (!(rp.sk = sk = sink_new(loop, cfg, &replay_callbacks, &rp, err, errlen)))
+            goto out;
+    }
+    char ptype[128];
+    if (schema_payload_type(conn, cfg->table, ptype, sizeof(ptype), err, errlen) != 0)
+        goto out;
+    int bytea = strcmp(ptype, "bytea") == 0; /* sent as hex, decoded below */
+    const struct message_layout lay = {
+        .topic_template = cfg->topic_template, .debezium = cfg->debezium, .ce_source = cfg->ce_source,
+        .ce_content_type = cfg->ce_content_type[0] ? cfg->ce_content_type : message_content_type(ptype)};
+    if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
+        goto out;
+    PQclear(res);
+    char *types_q = outbox_placement_types_query(cfg);
+    PGresult *types = pgconn_exec(conn, types_q, 0, NULL, err, errlen);
+    free(types_q);
+    if (!types)
+        goto out;
+    char *headers = outbox_headers_sql(cfg, "o", PQgetisnull(types, 0, 0) ? NULL : PQgetvalue(types, 0, 0));
+    PQclear(types);
+    strbuf_printf(&q,
+                  "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
+                  " event_type, topic, %s, %s::text, " OUTBOX_CREATED_MS("created_at")
+                  " FROM %s o WHERE status = 'SENT' AND %s ORDER BY id",
+                  bytea ? "encode(payload, 'hex')" : "payload::text", headers, t, filter);
+    free(headers);
+    if (cmd->limit)
+        strbuf_printf(&q, " LIMIT %lld", cmd->limit);
+    if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
+        goto out;
+    PQclear(res);
+    ev_timer tick;
+    if (loop) {
+        ev_timer_init(&tick, tick_cb, 1.0, 1.0);
+        ev_timer_start(loop, &tick);
+    }
+    for (;;) {
+        res = pgconn_exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
+        if (!res)
+            goto out;
+        int n = PQntuples(res);
+        struct pg_bytes payloads = {0};
+        if (bytea && pg_bytes_decode(&payloads, res, 6) != 0) {
+            set_err(err, errlen, "a bytea payload did not come as hex");
+            goto out;
+        }
+        for (int i = 0; i < n && !rp.fatal; i++) {
+            struct outbox_row row = {
+                .id = pg_int(PQgetvalue(res, i, 0)),
+                .event_id = PQgetvalue(res, i, 1),
+                .aggregate_type = PQgetvalue(res, i, 2),
+                .aggregate_id = PQgetvalue(res, i, 3),
+                .event_type = PQgetvalue(res, i, 4),
+                .topic = PQgetisnull(res, i, 5) ? NULL : PQgetvalue(res, i, 5),
+                .payload = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6),
+                .payload_len = (size_t)PQgetlength(res, i, 6),
+                .headers = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
+                .created_ms = pg_int(PQgetvalue(res, i, 8)),
+            };
+            if (bytea)
+                row.payload = pg_bytes_get(&payloads, res, 6, i, &row.payload_len);
+            selected++;
+            if (!first_id)
+                first_id = row.id;
+            last_id = row.id;
+            if (cmd->dry_run)
+                continue;
+            struct message msg;
+            char why[512];
+            if (message_build_layout(&row, &lay, &msg, why, sizeof(why)) != 0) {
+                log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
+                rp.failed++;
+                continue;
+            }
+            int e;
+            enum sink_queued queued;
+            while ((queued = sink_produce(sk, &msg, row.aggregate_id, row.payload,
+                                     row.payload ? row.payload_len : 0, row.created_ms, row.id, &e)) == SINK_FULL)
+                drain(loop, sk, &rp, sink_outq_len(sk) / 2);
+            if (queued != SINK_QUEUED) {
+                log_warn("replay: row %lld to %s refused: %s", (long long)row.id, msg.topic, sink_err_str(sk, e));
+                rp.failed++;
+            }
+            message_destroy(&msg);
+        }
+        pg_bytes_free(&payloads);
+        PQclear(res);
+        res = NULL;
+        if (n < FETCH_ROWS || rp.fatal)
+            break;
+        if (loop)
+            drain(loop, sk, &rp, 10000); /* keep what waits in the producer bounded */
+    }
+    if (loop)
+        drain(loop, sk, &rp, 0);
+    if (!(res = pgconn_exec(conn, "COMMIT", 0, NULL, err, errlen)))
+        goto out;
+    PQclear(res);
+    res = NULL;
+    long long lost = cmd->dry_run ? 0 : selected - rp.delivered - rp.failed; /* purged or unreported */
+    rp.failed += lost > 0 ? lost : 0;
+    char by[300];
+    if (cmd->dry_run)
+        log_info("replay: %s dry run over the rows of %s selected by %s%s: %lld selected, nothing "
+                 "published", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
+                 selected);
+    else
+        log_info("replay: %s replayed the rows of %s selected by %s%s: %lld selected, %lld delivered, "
+                 "%lld failed", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
+                 selected, rp.delivered, rp.failed);
+    if (cmd->json)
+        fprintf(out, "{\"selected\": %lld, \"replayed\": %lld, \"failed\": %lld, \"dry_run\": %s, "
+                     "\"first_id\": %lld, \"last_id\": %lld}\n",
+                selected, rp.delivered, rp.failed, cmd->dry_run ? "true" : "false", first_id, last_id);
+    else if (cmd->dry_run)
+        fprintf(out, "would replay %lld SENT row%s (ids %lld..%lld)\n", selected, selected == 1 ? "" : "s",
+                first_id, last_id);
+    else
+        fprintf(out, "replayed %lld of %lld SENT row%s (ids %lld..%lld), %lld failed\n", rp.delivered,
+                selected, selected == 1 ? "" : "s", first_id, last_id, rp.failed);
+    rc = rp.failed || rp.fatal ? OUTBOX_EXIT_FAILED : OUTBOX_EXIT_OK;
+    if (rc)
+        set_err(err, errlen, "%lld of %lld rows were not delivered", rp.failed, selected);
+out:
+    if (res)
+        PQclear(res);
+    if (rc == -1)
+        PQclear(PQexec(conn, "ROLLBACK"));
+    sink_free(sk);
+    if (loop)
+        ev_loop_destroy(loop);
+    strbuf_destroy(&q);
+    free(schema_q);
+    free(t);
+    free(name);
+    return rc == -1 ? OUTBOX_EXIT_FAILED : rc;
+}

@@ -1,0 +1,533 @@
+/* The Kafka sink (kafka.h): an idempotent librdkafka producer on the libev loop. */
+#include "sink/kafka.h"
+
+#include <jansson.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/kafka.h"
+#include "core/log.h"
+#include "core/util.h"
+
+struct kafka_sink {
+    struct sink base; /* first: a struct sink * is a struct kafka_sink * */
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct sink_callbacks cb;
+    void *ctx;
+    rd_kafka_t *rk;
+    int wake[2]; /* librdkafka writes to wake[1] when the main queue becomes non-empty */
+    ev_io wake_io;
+    int brokers_down;
+    int brokers_up; /* from the last statistics report; -1 before the first */
+    struct topic_parts *parts; /* partition count of each topic produced to, as first seen */
+    size_t n_parts;
+    uint64_t partition_changes;
+    long long max_message_bytes; /* the producer's message.max.bytes, read when it is made */
+    int fatal_reported;
+    char *secrets_seen; /* the file-read Kafka properties when the producer was made, or NULL */
+    struct topic_handle *handles; /* open addressing by name; cap a power of two or 0 */
+    size_t n_handles, cap_handles;
+};
+
+/* A topic handle per topic produced to, made the first time a row names the topic. Making
+ * it asks the cluster for the topic's leaders at once: a message produced by name to a topic
+ * the producer has not met waits for librdkafka's once-a-second topic scan to ask (measured:
+ * the first row to an existing topic acknowledged after about 1 s, the next after 9 ms). */
+struct topic_handle {
+    char *name;
+    rd_kafka_topic_t *rkt;
+};
+
+static const struct sink_ops kafka_ops;
+
+/* Producer settings the relay's guarantees rest on; every one may be overridden. */
+static const char *const producer_defaults[][2] = {
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
+    {"partitioner", "murmur2_random"},
+    {"enable.gapless.guarantee", "true"},
+    {"message.timeout.ms", "0"},
+    {"linger.ms", "2"},
+    {"batch.num.messages", "10000"},
+    {"compression.codec", "lz4"},
+    {"client.id", "outbox-relay"},
+    {"statistics.interval.ms", "5000"},
+    /* partition count changes are seen within this (librdkafka's default is 5 minutes) */
+    {"topic.metadata.refresh.interval.ms", "30000"},
+};
+
+/* Counts brokers in state UP from librdkafka's statistics JSON (loop thread). */
+struct topic_parts {
+    char *topic;
+    int count;
+};
+
+/* A topic whose partition count grows sends keys to other partitions (murmur2 modulo the
+ * count): later events of a key may land on another partition than its earlier ones, so
+ * per-key order across the change is not kept. Say so once per change. */
+static void note_partitions(struct kafka_sink *sk, const char *topic, int count)
+{
+    for (size_t i = 0; i < sk->n_parts; i++) {
+        struct topic_parts *t = &sk->parts[i];
+        if (strcmp(t->topic, topic) != 0)
+            continue;
+        if (count != t->count) {
+            log_warn("kafka: topic %s has %d partitions, was %d: keys now hash to other "
+                     "partitions, so per-key order across this change is not kept (consumers "
+                     "see a key's later events on another partition)", topic, count, t->count);
+            sk->partition_changes++;
+            t->count = count;
+            if (sk->cb.on_partitions)
+                sk->cb.on_partitions(sk->ctx, topic, count);
+        }
+        return;
+    }
+    sk->parts = xrealloc(sk->parts, (sk->n_parts + 1) * sizeof(*sk->parts));
+    sk->parts[sk->n_parts++] = (struct topic_parts){xstrdup(topic), count};
+    if (sk->cb.on_partitions)
+        sk->cb.on_partitions(sk->ctx, topic, count);
+}
+
+static void stats_topics(struct kafka_sink *sk, json_t *topics)
+{
+    const char *name;
+    json_t *t;
+    json_object_foreach(topics, name, t) {
+        json_t *parts = json_object_get(t, "partitions");
+        if (!json_is_object(parts))
+            continue;
+        int count = 0;
+        const char *id;
+        json_t *p;
+        json_object_foreach(parts, id, p)
+            count += strcmp(id, "-1") != 0; /* -1: librdkafka's unassigned queue */
+        if (count > 0)
+            note_partitions(sk, name, count);
+    }
+}
+
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    struct kafka_sink *sk = opaque;
+    json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *topics = root ? json_object_get(root, "topics") : NULL;
+    if (json_is_object(topics))
+        stats_topics(sk, topics);
+    json_t *brokers = root ? json_object_get(root, "brokers") : NULL;
+    if (json_is_object(brokers)) {
+        int up = 0;
+        const char *name;
+        json_t *b;
+        json_object_foreach(brokers, name, b) {
+            json_t *nodeid = json_object_get(b, "nodeid");
+            const char *state = json_string_value(json_object_get(b, "state"));
+            if (json_integer_value(nodeid) >= 0 && state && strcmp(state, "UP") == 0)
+                up++;
+        }
+        sk->brokers_up = up;
+        if (up > 0)
+            sk->brokers_down = 0;
+    }
+    json_decref(root);
+    return 0; /* librdkafka frees json */
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    struct kafka_sink *sk = opaque;
+    if (!m->err)
+        sk->brokers_down = 0;
+    sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, (int)m->err,
+                       m->err ? rd_kafka_topic_name(m->rkt) : NULL,
+                       rd_kafka_message_status(m) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct kafka_sink *sk = opaque;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+        log_error("kafka: authentication failed: %s%s", reason, kafka_auth_hint(rd_kafka_conf(rk)));
+        /* a secret read from a file (OUTBOX_KAFKA_SASL_PASSWORD_FILE) that changed since the
+         * producer was made: a rotated password. Recreate the producer, which reads it anew
+         * (librdkafka keeps retrying with the old one otherwise). */
+        if (!sk->fatal_reported && settings_kafka_files_changed(sk->cfg->kafka, sk->cfg->n_kafka, sk->secrets_seen)) {
+            log_info("kafka: a Kafka setting read from a file changed since the producer was made: "
+                     "recreating the producer with it");
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, "authentication failed, and the credentials file changed");
+        }
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char fatal[512];
+        rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
+        log_error("kafka: fatal producer error %s: %s", rd_kafka_err2name(ferr), fatal);
+        if (!sk->fatal_reported) {
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, fatal);
+        }
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        if (!sk->brokers_down)
+            log_warn("kafka: all brokers down: %s", reason);
+        sk->brokers_down = 1;
+        return;
+    }
+    log_warn("kafka: %s: %s", rd_kafka_err2name(err), reason);
+}
+
+/* Serves delivery reports and errors now. */
+static void serve(struct kafka_sink *sk)
+{
+    while (sk->rk && rd_kafka_poll(sk->rk, 0) > 0)
+        ;
+}
+
+static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct kafka_sink *sk = w->data;
+    char buf[256];
+    while (read(sk->wake[0], buf, sizeof(buf)) > 0)
+        ;
+    serve(sk);
+}
+
+static rd_kafka_t *make_producer(struct kafka_sink *sk, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    for (size_t i = 0; i < ARRAY_LEN(producer_defaults); i++)
+        if (rd_kafka_conf_set(conf, producer_defaults[i][0], producer_defaults[i][1], kerr,
+                              sizeof(kerr)) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            set_err(err, errlen, "kafka default %s: %s", producer_defaults[i][0], kerr);
+            return NULL;
+        }
+    /* librdkafka's queue must hold the whole in-flight window, and no more bytes than the
+     * relay's budget (its default is 1 GiB). */
+    char qmax[32];
+    snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight + 1000);
+    rd_kafka_conf_set(conf, "queue.buffering.max.messages", qmax, kerr, sizeof(kerr));
+    snprintf(qmax, sizeof(qmax), "%d", sk->cfg->max_inflight_bytes / 1024);
+    rd_kafka_conf_set(conf, "queue.buffering.max.kbytes", qmax, kerr, sizeof(kerr));
+    free(sk->secrets_seen); /* taken before they are read: a change in between recreates once more */
+    sk->secrets_seen = settings_kafka_file_snapshot(sk->cfg->kafka, sk->cfg->n_kafka);
+    if (settings_kafka_apply(conf, sk->cfg->kafka, sk->cfg->n_kafka, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    kafka_warn_old_scram(conf);
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    rd_kafka_conf_set_opaque(conf, sk);
+    char max[32];
+    size_t maxlen = sizeof(max);
+    sk->max_message_bytes = rd_kafka_conf_get(conf, "message.max.bytes", max, &maxlen) == RD_KAFKA_CONF_OK
+                                ? atoll(max) : 1000000;
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        set_err(err, errlen, "kafka: cannot create producer: %s", kerr);
+        return NULL;
+    }
+    rd_kafka_queue_t *mainq = rd_kafka_queue_get_main(rk);
+    rd_kafka_queue_io_event_enable(mainq, sk->wake[1], "1", 1);
+    rd_kafka_queue_destroy(mainq);
+    sk->brokers_down = 0;
+    sk->brokers_up = -1;
+    sk->fatal_reported = 0;
+    return rk;
+}
+
+struct sink *sink_kafka_new(struct ev_loop *loop, const struct config *cfg,
+                            const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen)
+{
+    struct kafka_sink *sk = xcalloc(1, sizeof(*sk));
+    sk->base.ops = &kafka_ops;
+    sk->loop = loop;
+    sk->cfg = cfg;
+    sk->cb = *cb;
+    sk->ctx = ctx;
+    if (pipe(sk->wake) != 0) {
+        set_err(err, errlen, "pipe: %s", strerror(errno));
+        free(sk);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(sk->wake[i], F_SETFL, fcntl(sk->wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(sk->wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    sk->rk = make_producer(sk, err, errlen);
+    if (!sk->rk) {
+        close(sk->wake[0]);
+        close(sk->wake[1]);
+        free(sk->secrets_seen);
+        free(sk);
+        return NULL;
+    }
+    ev_io_init(&sk->wake_io, wake_cb, sk->wake[0], EV_READ);
+    sk->wake_io.data = sk;
+    ev_io_start(loop, &sk->wake_io);
+    return &sk->base;
+}
+
+static void k_poll(struct sink *base)
+{
+    serve((struct kafka_sink *)base);
+}
+
+static int k_outq_len(struct sink *base)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    return sk->rk ? rd_kafka_outq_len(sk->rk) : 0;
+}
+
+static uint64_t k_partition_changes(const struct sink *base)
+{
+    const struct kafka_sink *sk = (const struct kafka_sink *)base;
+    return sk->partition_changes;
+}
+
+static long long k_max_message_bytes(const struct sink *base)
+{
+    const struct kafka_sink *sk = (const struct kafka_sink *)base;
+    return sk->max_message_bytes;
+}
+
+static int k_brokers_up(struct sink *base)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    if (sk->brokers_down)
+        return 0;
+    return sk->brokers_up >= 0 ? sk->brokers_up : 1;
+}
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void handles_clear(struct kafka_sink *sk)
+{
+    for (size_t i = 0; i < sk->cap_handles; i++) {
+        if (sk->handles[i].name) {
+            rd_kafka_topic_destroy(sk->handles[i].rkt);
+            free(sk->handles[i].name);
+        }
+    }
+    free(sk->handles);
+    sk->handles = NULL;
+    sk->n_handles = sk->cap_handles = 0;
+}
+
+static void handles_put(struct topic_handle *tab, size_t cap, struct topic_handle th)
+{
+    size_t i = name_hash(th.name) & (cap - 1);
+    while (tab[i].name)
+        i = (i + 1) & (cap - 1);
+    tab[i] = th;
+}
+
+/* The producer's handle of topic, made (and its leaders asked for) on first use; NULL if
+ * librdkafka refuses the name. */
+static rd_kafka_topic_t *topic_handle(struct kafka_sink *sk, const char *topic)
+{
+    if (sk->cap_handles) {
+        for (size_t i = name_hash(topic) & (sk->cap_handles - 1); sk->handles[i].name;
+             i = (i + 1) & (sk->cap_handles - 1))
+            if (strcmp(sk->handles[i].name, topic) == 0)
+                return sk->handles[i].rkt;
+    }
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(sk->rk, topic, NULL);
+    if (!rkt)
+        return NULL;
+    if ((sk->n_handles + 1) * 2 > sk->cap_handles) { /* keep it at most half full */
+        size_t cap = sk->cap_handles ? sk->cap_handles * 2 : 16;
+        struct topic_handle *tab = xcalloc(cap, sizeof(*tab));
+        for (size_t i = 0; i < sk->cap_handles; i++)
+            if (sk->handles[i].name)
+                handles_put(tab, cap, sk->handles[i]);
+        free(sk->handles);
+        sk->handles = tab;
+        sk->cap_handles = cap;
+    }
+    handles_put(sk->handles, sk->cap_handles, (struct topic_handle){xstrdup(topic), rkt});
+    sk->n_handles++;
+    return rkt;
+}
+
+static enum sink_queued k_produce(struct sink *base, const struct message *msg, const char *key,
+                                  const char *value, size_t value_len, int64_t timestamp_ms,
+                                  int64_t row_id, int *errp)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__STATE;
+    rd_kafka_topic_t *rkt = sk->rk ? topic_handle(sk, msg->topic) : NULL;
+    if (sk->rk && !rkt)
+        err = rd_kafka_last_error();
+    if (rkt) {
+        rd_kafka_headers_t *hdrs = rd_kafka_headers_new(msg->n_headers);
+        for (size_t i = 0; i < msg->n_headers; i++)
+            rd_kafka_header_add(hdrs, msg->headers[i].name, -1, msg->headers[i].value, -1);
+        err = rd_kafka_producev(
+            sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, value_len),
+            RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
+            RD_KAFKA_V_OPAQUE((void *)(intptr_t)row_id), RD_KAFKA_V_END);
+        if (err)
+            rd_kafka_headers_destroy(hdrs); /* owned by the message only on success */
+    }
+    *errp = (int)err;
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+        return SINK_QUEUED;
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+        return SINK_FULL;
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+        return SINK_UNFIT;
+    default:
+        return SINK_FAILED;
+    }
+}
+
+/* Purges the producer and serves the resulting failure reports, bounded by timeout_ms. */
+static void purge_and_drain(struct kafka_sink *sk, int timeout_ms)
+{
+    rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    int64_t deadline = mono_ms() + timeout_ms;
+    while (rd_kafka_outq_len(sk->rk) > 0 && mono_ms() < deadline)
+        rd_kafka_poll(sk->rk, 50);
+    serve(sk);
+}
+
+static void k_abandon(struct sink *base, int timeout_ms)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    if (sk->rk)
+        purge_and_drain(sk, timeout_ms);
+}
+
+static int k_recreate(struct sink *base, char *err, size_t errlen)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    if (sk->rk) {
+        purge_and_drain(sk, 2000);
+        handles_clear(sk);
+        rd_kafka_destroy(sk->rk);
+        sk->rk = NULL;
+    }
+    sk->rk = make_producer(sk, err, errlen);
+    if (sk->rk)
+        log_info("kafka: producer recreated");
+    return sk->rk ? 0 : -1;
+}
+
+static void k_free(struct sink *base)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    if (!sk)
+        return;
+    ev_io_stop(sk->loop, &sk->wake_io);
+    if (sk->rk) {
+        /* No callbacks from here on: the owner is going away. */
+        rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        handles_clear(sk);
+        rd_kafka_destroy(sk->rk);
+    }
+    close(sk->wake[0]);
+    close(sk->wake[1]);
+    for (size_t i = 0; i < sk->n_parts; i++)
+        free(sk->parts[i].topic);
+    free(sk->parts);
+    free(sk->secrets_seen);
+    free(sk);
+}
+
+#ifdef OUTBOX_TEST_HOOKS
+static void k_test_fatal(struct sink *base)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    rd_kafka_test_fatal_error(sk->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              "test hook: injected fatal error");
+}
+#endif
+
+enum failure_reason sink_kafka_classify(int err)
+{
+    switch ((rd_kafka_resp_err_t)err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP: /* beyond the broker's timestamp bounds */
+        return FAILURE_ROW;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE: /* the topic's compression.type */
+        return FAILURE_TOPIC;
+#if RD_KAFKA_VERSION >= 0x020400ff
+    /* librdkafka 2.4.0 and later (KIP-467): when the broker names the culprit records of a
+     * batch, they fail with INVALID_RECORD (the row's) and the rest of the batch with this
+     * one — theirs is no fault of their own, so they are retried as transient failures */
+    case RD_KAFKA_RESP_ERR__INVALID_DIFFERENT_RECORD:
+        return FAILURE_TRANSIENT;
+#endif
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR__FATAL:
+        return FAILURE_PRODUCER;
+    default: /* _MSG_TIMED_OUT and everything else */
+        return FAILURE_TRANSIENT;
+    }
+}
+
+static const char *k_err_str(int err)
+{
+    return rd_kafka_err2str((rd_kafka_resp_err_t)err);
+}
+
+int32_t sink_kafka_partition(const char *key, size_t keylen, int count)
+{
+    return rd_kafka_msg_partitioner_murmur2_random(NULL, key, keylen, count, NULL, NULL);
+}
+
+static const struct sink_ops kafka_ops = {
+    .name = "kafka",
+    .free = k_free,
+    .produce = k_produce,
+    .recreate = k_recreate,
+    .poll = k_poll,
+    .outq_len = k_outq_len,
+    .brokers_up = k_brokers_up,
+    .max_message_bytes = k_max_message_bytes,
+    .partition_changes = k_partition_changes,
+    .abandon = k_abandon,
+    .classify = sink_kafka_classify,
+    .err_str = k_err_str,
+    .partition = sink_kafka_partition,
+#ifdef OUTBOX_TEST_HOOKS
+    .test_fatal = k_test_fatal,
+#endif
+};

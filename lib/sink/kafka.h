@@ -1,0 +1,21 @@
+/* The Kafka sink: an idempotent librdkafka producer whose main queue wakes the libev loop
+ * through a pipe; delivery reports and errors are served on the loop thread. */
+#ifndef OUTBOX_SINK_KAFKA_H
+#define OUTBOX_SINK_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "sink/sink.h"
+
+/* Builds the producer from cfg->kafka over the defaults (idempotence, acks=all,
+ * murmur2_random, gapless, no message timeout). */
+struct sink *sink_kafka_new(struct ev_loop *loop, const struct config *cfg,
+                            const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
+/* The partition of a key among count, as the producer partitions (murmur2_random: with a
+ * key, the Java client's murmur2). */
+int32_t sink_kafka_partition(const char *key, size_t keylen, int count);
+/* A Kafka error as the relay takes it: the row's, the topic's, the producer's or
+ * transient. */
+enum failure_reason sink_kafka_classify(int err);
+
+#endif

@@ -1,0 +1,159 @@
+/* The seam between the relay and a broker. A sink publishes one message at a time with a
+ * completion for each (served on the libev loop thread), tells which of its errors belong to
+ * the row, the topic, the producer or nobody in particular, and says how it partitions keys
+ * when it has partitions. The claim, the in-flight window, the shares and the resets know
+ * only this interface; each broker is one file behind it (kafka.c).
+ *
+ * A sink's errors are its own small integers (0: none) that only it can name and classify
+ * (sink_err_str, sink_classify). */
+#ifndef OUTBOX_SINK_H
+#define OUTBOX_SINK_H
+
+#include <ev.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "relay/config.h"
+#include "relay/message.h"
+
+/* What a failure means to the relay, as counted in outbox_publish_failures_total{reason}. */
+enum failure_reason {
+    FAILURE_ROW,       /* the message itself (too large, invalid): counts towards attempts */
+    FAILURE_TOPIC,     /* the topic (authorization, unknown): the topic is paused */
+    FAILURE_PRODUCER,  /* purged by a fatal producer error or a reset; not the row's fault */
+    FAILURE_TRANSIENT, /* anything else */
+    FAILURE_REASONS
+};
+
+/* What became of a message handed to sink_produce. */
+enum sink_queued {
+    SINK_QUEUED, /* on its way: its completion follows */
+    SINK_FULL,   /* backpressure: try again after a completion */
+    SINK_UNFIT,  /* this message can never be published (too large, refused outright): park it */
+    SINK_FAILED  /* this attempt failed (*err): classify it */
+};
+
+struct sink_callbacks {
+    /* One per queued message; row_id is the id given to sink_produce, err 0 on success. On
+     * failure topic names the message's topic and maybe_persisted says whether it may have
+     * reached the broker anyway. */
+    void (*on_delivery)(void *ctx, int64_t row_id, int err, const char *topic, int maybe_persisted);
+    /* The sink cannot go on (a fatal producer error, rotated credentials): the owner must
+     * call sink_recreate. */
+    void (*on_fatal)(void *ctx, const char *reason);
+    /* A topic's partition count, when first seen and whenever it changes (sinks with
+     * partitions only). */
+    void (*on_partitions)(void *ctx, const char *topic, int count);
+};
+
+struct sink;
+
+/* Each sink's operations; a sink's state begins with a struct sink. */
+struct sink_ops {
+    const char *name; /* "kafka" */
+    void (*free)(struct sink *sk);
+    enum sink_queued (*produce)(struct sink *sk, const struct message *msg, const char *key,
+                                const char *value, size_t value_len, int64_t timestamp_ms,
+                                int64_t row_id, int *err);
+    int (*recreate)(struct sink *sk, char *err, size_t errlen);
+    void (*poll)(struct sink *sk);
+    int (*outq_len)(struct sink *sk);
+    int (*brokers_up)(struct sink *sk);
+    long long (*max_message_bytes)(const struct sink *sk);
+    uint64_t (*partition_changes)(const struct sink *sk);
+    void (*abandon)(struct sink *sk, int timeout_ms);
+    enum failure_reason (*classify)(int err);
+    const char *(*err_str)(int err);
+    /* The partition of a key among count, as the broker's producer picks it; NULL when the
+     * sink has no partitions (then no partition shares apply). */
+    int32_t (*partition)(const char *key, size_t keylen, int count);
+#ifdef OUTBOX_TEST_HOOKS
+    void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
+#endif
+};
+
+struct sink {
+    const struct sink_ops *ops;
+};
+
+/* The sink cfg asks for (cfg is borrowed and must outlive it). NULL with err on failure. */
+struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
+                      const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
+
+static inline void sink_free(struct sink *sk)
+{
+    if (sk)
+        sk->ops->free(sk);
+}
+
+/* Queues one message (value copied). */
+static inline enum sink_queued sink_produce(struct sink *sk, const struct message *msg, const char *key,
+                                            const char *value, size_t value_len, int64_t timestamp_ms,
+                                            int64_t row_id, int *err)
+{
+    return sk->ops->produce(sk, msg, key, value, value_len, timestamp_ms, row_id, err);
+}
+
+/* Fails everything queued or in flight (their completions report a FAILURE_PRODUCER
+ * error), serves those completions, and builds the connection or producer anew. 0, or -1
+ * with err. */
+static inline int sink_recreate(struct sink *sk, char *err, size_t errlen)
+{
+    return sk->ops->recreate(sk, err, errlen);
+}
+
+/* Serves completions and errors now (also done whenever the sink wakes the loop). */
+static inline void sink_poll(struct sink *sk)
+{
+    sk->ops->poll(sk);
+}
+
+/* Messages queued whose completion has not been served. */
+static inline int sink_outq_len(struct sink *sk)
+{
+    return sk->ops->outq_len(sk);
+}
+
+/* Brokers connected (0 when none is). */
+static inline int sink_brokers_up(struct sink *sk)
+{
+    return sk->ops->brokers_up(sk);
+}
+
+/* The largest message the sink can publish. */
+static inline long long sink_max_message_bytes(const struct sink *sk)
+{
+    return sk->ops->max_message_bytes(sk);
+}
+
+/* Times a topic's partition count was seen to change. */
+static inline uint64_t sink_partition_changes(const struct sink *sk)
+{
+    return sk->ops->partition_changes(sk);
+}
+
+/* Fails everything still queued or in flight and serves the failure reports (shutdown
+ * after its timeout). Bounded by timeout_ms. */
+static inline void sink_abandon(struct sink *sk, int timeout_ms)
+{
+    sk->ops->abandon(sk, timeout_ms);
+}
+
+static inline enum failure_reason sink_classify(const struct sink *sk, int err)
+{
+    return sk->ops->classify(err);
+}
+
+static inline const char *sink_err_str(const struct sink *sk, int err)
+{
+    return sk->ops->err_str(err);
+}
+
+#ifdef OUTBOX_TEST_HOOKS
+static inline void sink_test_fatal(struct sink *sk)
+{
+    sk->ops->test_fatal(sk);
+}
+#endif
+
+#endif
