@@ -44,11 +44,8 @@ elif [ $quick = 1 ]; then
 else
     N=1000000 GROWTH=3000000 LAT_S=60 WRITER_S=20 IDLE_S=60 REPEATS=3
 fi
-out=${out:-$(mktemp -d /tmp/outbox-bench.XXXXXX)}
-mkdir -p "$out"
-say() { printf '# [%s bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
 . scripts/common.sh
+common_bench_out bench
 RELAYTEST_EXTRA_PACKAGES="gnuplot-nox python3-psycopg2 python3-confluent-kafka" common_setup
 relay_bin=$src/build/outbox-relay
 export PG_DURABLE=1

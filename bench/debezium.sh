@@ -21,19 +21,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 rows=100000 rounds=3 out=""
-while [ $# -gt 0 ]; do
-    case $1 in
-    --rows) rows=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--rows N] [--rounds R] [--out DIR]" >&2; exit 2 ;;
-    esac
-done
-out=${out:-$(mktemp -d /tmp/outbox-debezium-bench.XXXXXX)}
-mkdir -p "$out"
-say() { printf '# [%s debezium-bench] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
 . scripts/common.sh
+common_flags "[--rows N] [--rounds R] [--out DIR]" "--rows=rows --rounds=rounds --out=out" "$@"
+common_bench_out debezium-bench
+
 common_setup
 bash test/env/connect.sh fetch
 ninja -C build test/kafka-admin >/dev/null

@@ -14,20 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 seconds=600 rate=3000 on_sent=mark out=""
-while [ $# -gt 0 ]; do
-    case $1 in
-    --seconds) seconds=$2; shift 2 ;;
-    --rate) rate=$2; shift 2 ;;
-    --on-sent) on_sent=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--seconds S] [--rate EPS] [--on-sent mark|delete] [--out DIR]" >&2; exit 2 ;;
-    esac
-done
-out=${out:-$(mktemp -d /tmp/outbox-longtx.XXXXXX)}
-mkdir -p "$out"
-say() { printf '# [%s longtx] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
 . scripts/common.sh
+common_flags "[--seconds S] [--rate EPS] [--on-sent mark|delete] [--out DIR]" "--seconds=seconds --rate=rate --on-sent=on_sent --out=out" "$@"
+common_bench_out longtx
+
 common_setup
 relay_bin=$src/build/outbox-relay
 export PG_DURABLE=1

@@ -11,20 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 seconds=10 rounds=3 out="" only=""
-while [ $# -gt 0 ]; do
-    case $1 in
-    --seconds) seconds=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --variants) only=$2; shift 2 ;;
-    *) echo "usage: $0 [--seconds S] [--rounds R] [--out DIR] [--variants LIST]" >&2; exit 2 ;;
-    esac
-done
-out=${out:-$(mktemp -d /tmp/outbox-writer-cost.XXXXXX)}
-mkdir -p "$out"
-say() { printf '# [%s writer_cost] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
 . scripts/common.sh
+common_flags "[--seconds S] [--rounds R] [--out DIR] [--variants LIST]" "--seconds=seconds --rounds=rounds --out=out --variants=only" "$@"
+common_bench_out writer-cost
+
 common_setup
 relay_bin=$src/build/outbox-relay
 export PG_DURABLE=1

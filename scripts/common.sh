@@ -23,6 +23,35 @@ _common_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin} # the client tools (psql, pgbench) of every script
 COMMON_PG_BIN=$PG_BIN
 
+# A script's flags, each "--NAME VALUE", into variables:
+#   common_flags "[--rows N] [--out DIR]" "--rows=rows --out=out" "$@"
+# anything else prints the usage line and exits 2.
+common_flags() {
+    local usage=$1 spec=$2 pair var
+    shift 2
+    while [ $# -gt 0 ]; do
+        var=""
+        for pair in $spec; do
+            [ "${pair%%=*}" = "$1" ] && var=${pair#*=}
+        done
+        if [ -z "$var" ] || [ $# -lt 2 ]; then
+            echo "usage: $0 $usage" >&2
+            exit 2
+        fi
+        printf -v "$var" '%s' "$2"
+        shift 2
+    done
+}
+
+# A bench's output folder ($out when given, else a new one under /tmp) and its say(), which
+# logs "# [time NAME] ..." on stderr: common_bench_out NAME
+common_bench_out() {
+    out=${out:-$(mktemp -d "/tmp/outbox-$1.XXXXXX")}
+    mkdir -p "$out"
+    _common_bench_name=$1
+    say() { printf '# [%s %s] %s\n' "$(date +%H:%M:%S)" "$_common_bench_name" "$*" >&2; }
+}
+
 common_setup() {
     local build=${1:-build} type=${2:-release}
     bash "$_common_here/deps.sh"

@@ -12,7 +12,8 @@
 #  - the NetworkPolicy opens the port the relay listens on;
 #  - compose.yaml: every service of this project's image is the built image of
 #    deploy/Containerfile, runs a program that is in it with a command that program has,
-#    with settings it knows; depends_on and secrets resolve.
+#    with settings it knows; depends_on and secrets resolve;
+#  - the version is meson.build's everywhere: --version, every image reference.
 #   test/deploy.sh RELAY_BIN INBOX_BIN
 set -uo pipefail
 relay_bin=$1 inbox_bin=$2
@@ -127,6 +128,13 @@ for svc in $(jq -r '.services | to_entries[] | select(.value.image // "" | start
 done
 check "compose.yaml: every depends_on names a service" jq -e '
     (.services | keys) as $names | [.services[] | .depends_on // {} | keys[] | IN($names[])] | all' "$work/compose.json"
+
+# The version lives in meson.build alone: --version prints it, deploy/image.sh tags with it, and
+# every image reference in the deployment files and the docs names it.
+version=$(sed -n "s/^  version : '\(.*\)',$/\1/p" "$src/meson.build")
+check "--version prints meson.build's version ($version)" grep -q "^outbox-relay $version " <("$relay_bin" --version)
+stale=$(grep -rnoE "outbox-relay:[0-9][0-9.]*" "$src/deploy" "$src/docs" "$src/README.md" | grep -v ":outbox-relay:$version\$" || true)
+if [ -z "$stale" ]; then ok "every image reference names version $version"; else not_ok "image references of another version" "$stale"; fi
 
 echo "1..$n"
 [ "$failed" = 0 ]

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/kafka.h"
+
 static volatile sig_atomic_t stop;
 
 /* The CloudEvents attributes of a binary-mode message (Kafka protocol binding: ce_<name>
@@ -67,14 +69,7 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "group.id", "outbox-tail", err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err))) {
-        fprintf(stderr, "outbox-tail: %s\n", err);
-        return 2;
-    }
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-tail", 0, err, sizeof(err));
     if (!rk) {
         fprintf(stderr, "outbox-tail: %s\n", err);
         return 2;

@@ -95,3 +95,20 @@ int kafka_check_reachable(const struct kafka_prop *props, size_t n)
     rd_kafka_destroy(rk);
     return rc;
 }
+
+rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,
+                             size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, errlen) ||
+        rd_kafka_conf_set(conf, "group.id", group, err, errlen) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, errlen) ||
+        rd_kafka_conf_set(conf, "enable.partition.eof", partition_eof ? "true" : "false", err, errlen)) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
+    if (!rk)
+        rd_kafka_conf_destroy(conf);
+    return rk;
+}

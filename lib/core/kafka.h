@@ -21,6 +21,11 @@ const char *kafka_auth_hint(const rd_kafka_conf_t *conf);
 /* Logs once per process, when librdkafka is older than 2.6.1 and conf (borrowed) logs in
  * with a SCRAM mechanism, that Kafka 4.x brokers will refuse the login. */
 void kafka_warn_old_scram(const rd_kafka_conf_t *conf);
+/* A consumer of the tools (outbox-tail, the tests' outbox-check) that assigns partitions
+ * itself and commits nothing: bootstrap servers, a group id, and whether it reports each
+ * partition's end. NULL with err on failure. */
+rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,
+                             size_t errlen);
 /* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
  * 0 when it answers, 1 otherwise; both logged. */
 int kafka_check_reachable(const struct kafka_prop *props, size_t n);

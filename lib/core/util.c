@@ -92,19 +92,36 @@ void strbuf_puts(struct strbuf *sb, const char *s)
     strbuf_append(sb, s, strlen(s));
 }
 
+static void strbuf_vprintf(struct strbuf *sb, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    if (n >= 0) {
+        strbuf_reserve(sb, (size_t)n);
+        vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, again);
+        sb->len += (size_t)n;
+    }
+    va_end(again);
+}
+
 void strbuf_printf(struct strbuf *sb, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    strbuf_vprintf(sb, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    strbuf_reserve(sb, (size_t)n);
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    struct strbuf sb;
+    strbuf_init(&sb);
+    va_list ap;
     va_start(ap, fmt);
-    vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
+    strbuf_vprintf(&sb, fmt, ap);
     va_end(ap);
-    sb->len += (size_t)n;
+    return sb.buf;
 }
 
 void strbuf_json_string(struct strbuf *sb, const char *s, size_t len)

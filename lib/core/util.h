@@ -48,6 +48,8 @@ void strbuf_reset(struct strbuf *sb);
 void strbuf_append(struct strbuf *sb, const char *data, size_t len);
 void strbuf_puts(struct strbuf *sb, const char *s);
 void strbuf_printf(struct strbuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* A formatted copy (caller frees). */
+char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* Appends s as a JSON string literal (with quotes). */
 void strbuf_json_string(struct strbuf *sb, const char *s, size_t len);
 

@@ -239,26 +239,17 @@ void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell)
     free(name);
 }
 
-void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
+/* The names every statement is written with: the schema, the table (quoted), its bare name,
+ * and the relation rows are read and written through (the table, or the Debezium layout's
+ * view). */
+struct names {
+    char *schema_q, *table_q, *name, *t;
+};
+
+/* Statements on claimed rows: the mark (or delete), parking, failures. */
+static void sql_rows(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
 {
-    char *schema_q, *table_q, *name;
-    schema_names(cfg->table, &schema_q, &table_q, &name);
-    /* rows are read and written through t: the table, or the Debezium layout's view */
-    char *t = schema_rows_relation(cfg->table, cfg->debezium);
-    memset(sql, 0, sizeof(*sql));
-    sql->topic_expr = topic_expression(cfg->topic_template);
     struct strbuf sb;
-
-    /* Every claim starts in each held lease partition of the pending index at that
-     * partition's proven floor ($9, aligned with $4; 0 is the bottom: floor.c) and skips
-     * only the rows in flight ($1, a hashed NOT IN), so a row that commits late below rows
-     * already published is still found, in id order with the later rows of its key (a key
-     * never changes partition). At most $5 rows per partition, $2 in all. Keys with a
-     * parked row wait (unless the poison policy is skip); paused topics wait; keys held
-     * back because their Kafka partition holds its share wait ($8, kshare.h). The claim
-     * is read-only: it needs no transaction id and no WAL flush. */
-    outbox_sql_claim(sql, cfg, 0, 0);
-
     strbuf_init(&sb);
     /* The mark also records the highest id this relay has claimed so far (rows in flight
      * included), for the duplicates estimate after a crash: one upsert of a small row per
@@ -270,60 +261,51 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
      * REPEATABLE READ transaction open for 80 s, a mark of a few hundred rows took 1-4 s. */
     if (cfg->on_sent && strcmp(cfg->on_sent, "delete") == 0) /* OUTBOX_ON_SENT=delete: no SENT row is kept */
         strbuf_printf(&sb, "WITH m AS (DELETE FROM %s"
-                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", n->t);
     else
         strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
-                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", t);
+                           "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", n->t);
     strbuf_printf(&sb,
                   " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
                   "  VALUES ($2, $3::int8)"
                   "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
                   "   updated_at = clock_timestamp()"
                   "  WHERE s.claimed_high < excluded.claimed_high)"
-                  " SELECT count(*) FROM m", schema_q, name);
+                  " SELECT count(*) FROM m", n->schema_q, n->name);
     sql->mark = sb.buf;
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
-                  "WHERE id = $1::int8 AND " BY_ID_PENDING, t);
-    sql->park = sb.buf;
+    sql->park = xasprintf("UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
+        "WHERE id = $1::int8 AND " BY_ID_PENDING, n->t);
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING, t);
-    sql->note_failed = sb.buf;
+    sql->note_failed = xasprintf("UPDATE %s SET last_error = $2 WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING, n->t);
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "UPDATE %s SET attempts = attempts + 1, last_error = $2,"
-                  " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
-                  "WHERE id = $1::int8 AND " BY_ID_PENDING " RETURNING status, attempts, event_id,"
-                  " aggregate_id, aggregate_type, event_type,"
-                  " " OUTBOX_CREATED_MS("created_at"), t);
-    sql->row_failed = sb.buf;
+    sql->row_failed = xasprintf("UPDATE %s SET attempts = attempts + 1, last_error = $2,"
+        " status = CASE WHEN attempts + 1 >= $3::int THEN 'FAILED' ELSE status END "
+        "WHERE id = $1::int8 AND " BY_ID_PENDING " RETURNING status, attempts, event_id,"
+        " aggregate_id, aggregate_type, event_type,"
+        " " OUTBOX_CREATED_MS("created_at"), n->t);
+}
 
-    outbox_sql_arm(sql, cfg, 0);
-
+/* The floors' probe and the start-up check. */
+static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
+{
+    struct strbuf sb;
     /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table
      * (every INSERT takes it before drawing its id, until its transaction ends; readers
      * hold only ACCESS SHARE), and how many of those the last probe listed ($1) still do.
      * One read of the lock table answers both. Prepared transactions have no pid. And the
      * doorbell's requeue count (schema 5: the probe runs only there), for requeues that no
      * claim saw (a claim that finds no row cannot tell). */
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "SELECT coalesce(array_agg(l.virtualtransaction)"
-                  "  FILTER (WHERE l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),"
-                  " count(*) FILTER (WHERE l.virtualtransaction = ANY($1::text[])),"
-                  " (SELECT requeued FROM %s.\"%s_doorbell\")"
-                  " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
-                  "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                  "  AND l.relation = '%s'::regclass", schema_q, name, table_q);
-    sql->floor_probe = sb.buf;
+    sql->floor_probe = xasprintf("SELECT coalesce(array_agg(l.virtualtransaction)"
+        "  FILTER (WHERE l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),"
+        " count(*) FILTER (WHERE l.virtualtransaction = ANY($1::text[])),"
+        " (SELECT requeued FROM %s.\"%s_doorbell\")"
+        " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
+        "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        "  AND l.relation = '%s'::regclass", n->schema_q, n->name, n->table_q);
 
     sql->version = schema_version_query(cfg->table);
-    char *placement = placement_columns(cfg), *types = placement_types_sql(cfg, table_q);
+    char *placement = placement_columns(cfg), *types = placement_types_sql(cfg, n->table_q);
     /* At start-up: the version, the layout (and the columns OUTBOX_ADDITIONAL_PLACEMENT
      * names that the table lacks), whether row-level security would hide rows from this role
      * (enabled, not bypassed by the role, not the owner's unless forced), and the payload
@@ -344,24 +326,25 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                   "  FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = c"
                   "  AND NOT attisdropped)) AS missing_columns,"
                   " %s AS placement_types",
-                  sql->version, table_q, table_q, table_q, placement, table_q, types);
+                  sql->version, n->table_q, n->table_q, n->table_q, placement, n->table_q, types);
     free(placement);
     free(types);
     sql->start_check = sb.buf;
+}
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "WITH heads AS (SELECT h.id, h.created_at FROM generate_series(0, %d) lp"
-                  "  CROSS JOIN LATERAL (SELECT id, created_at FROM %s WHERE status = 'PENDING'"
-                  "   AND lease_partition = lp ORDER BY id LIMIT 1) h)"
-                  "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
-                  " (SELECT min(id) FROM heads),"
-                  " (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
-                  " (SELECT max(id) FROM %s),"
-                  " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
-                  " pg_notification_queue_usage()",
-                  OUTBOX_LEASE_PARTITIONS - 1, t, t, t, t);
-    sql->stats = sb.buf;
+/* The monitor's: backlog, long transactions, xmin holders, retention, duplicates. */
+static void sql_monitor(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
+{
+    sql->stats = xasprintf("WITH heads AS (SELECT h.id, h.created_at FROM generate_series(0, %d) lp"
+        "  CROSS JOIN LATERAL (SELECT id, created_at FROM %s WHERE status = 'PENDING'"
+        "   AND lease_partition = lp ORDER BY id LIMIT 1) h)"
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'PENDING' LIMIT $1) s),"
+        " (SELECT min(id) FROM heads),"
+        " (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
+        " (SELECT max(id) FROM %s),"
+        " (SELECT count(*) FROM %s WHERE status = 'FAILED'),"
+        " pg_notification_queue_usage()",
+        OUTBOX_LEASE_PARTITIONS - 1, n->t, n->t, n->t, n->t);
 
     sql->long_tx = xstrdup(
         "SELECT pid, xid, age, application_name, usename, query_start FROM ("
@@ -397,32 +380,28 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "  WHERE pid = pg_backend_pid())"
         " ORDER BY age(xmin) DESC, kind, name LIMIT 1");
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "WITH w AS (SELECT id, status, sent_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
-                  " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM w WHERE status = 'SENT'"
-                  "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)) RETURNING 1)"
-                  " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
-                  " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
-                  "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
-                  t, t);
-    sql->purge = sb.buf;
+    sql->purge = xasprintf("WITH w AS (SELECT id, status, sent_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
+        " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM w WHERE status = 'SENT'"
+        "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)) RETURNING 1)"
+        " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
+        " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
+        "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
+        n->t, n->t);
 
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "
-                  "(SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")",
-                  t, schema_q, name);
-    sql->duplicates = sb.buf;
+    sql->duplicates = xasprintf("SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "
+        "(SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")",
+        n->t, n->schema_q, n->name);
+}
 
+/* Leases: scan, acquire, release, log. */
+static void sql_leases(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
+{
     /* Leases: session advisory locks (key, partition) on the worker connection, the key
      * derived from the table's name with its schema ("outbox" is "public.outbox"). Every
      * relay's worker session also holds the table's membership lock (key, MEMBER) in
      * shared mode: the relays of this table are its holders, whatever their names. */
     sql->lease_key = outbox_lease_key(cfg->table);
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-        "WITH l AS (SELECT objid::int AS p, pid FROM pg_locks WHERE locktype = 'advisory'"
+    sql->lease_scan = xasprintf("WITH l AS (SELECT objid::int AS p, pid FROM pg_locks WHERE locktype = 'advisory'"
         "  AND classid = $1::int::oid AND objsubid = 2 AND granted"
         "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),"
         " m AS (SELECT pid FROM l WHERE p = %d)"
@@ -433,34 +412,27 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
         "   || ')', ''), ', ') FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
         "   WHERE l.p < %d AND l.pid NOT IN (SELECT pid FROM m))",
         OUTBOX_MEMBER_LOCK, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS);
-    sql->lease_scan = sb.buf;
     /* The acquisition's fencing token: the server's clock in microseconds when the lock was
      * taken, after the previous holder's session let it go; carried in every message. */
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay,"
-                  "  (extract(epoch FROM clock_timestamp()) * 1000000)::int8"
-                  " FROM unnest($2::int[]) p"
-                  " LEFT JOIN LATERAL (SELECT event, relay FROM %s.\"%s_lease_log\" l"
-                  "  WHERE l.lease_partition = p ORDER BY id DESC LIMIT 1) last ON true",
-                  schema_q, name);
-    sql->lease_acquire = sb.buf;
+    sql->lease_acquire = xasprintf("SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay,"
+        "  (extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+        " FROM unnest($2::int[]) p"
+        " LEFT JOIN LATERAL (SELECT event, relay FROM %s.\"%s_lease_log\" l"
+        "  WHERE l.lease_partition = p ORDER BY id DESC LIMIT 1) last ON true",
+        n->schema_q, n->name);
     sql->lease_release = xstrdup("SELECT pg_advisory_unlock($1::int, p) FROM unnest($2::int[]) p");
-    strbuf_init(&sb);
-    strbuf_printf(&sb,
-                  "INSERT INTO %s.\"%s_lease_log\" (lease_partition, relay, event, at, publish_from,"
-                  " publish_until) SELECT p, $2, e, to_timestamp(a / 1000.0),"
-                  " to_timestamp(nullif(f, 0) / 1000.0), to_timestamp(nullif(u, 0) / 1000.0)"
-                  " FROM unnest($1::int[], $3::text[], $4::int8[], $5::int8[], $6::int8[])"
-                  "  AS l(p, e, a, f, u)",
-                  schema_q, name);
-    sql->lease_log = sb.buf;
+    sql->lease_log = xasprintf("INSERT INTO %s.\"%s_lease_log\" (lease_partition, relay, event, at, publish_from,"
+        " publish_until) SELECT p, $2, e, to_timestamp(a / 1000.0),"
+        " to_timestamp(nullif(f, 0) / 1000.0), to_timestamp(nullif(u, 0) / 1000.0)"
+        " FROM unnest($1::int[], $3::text[], $4::int8[], $5::int8[], $6::int8[])"
+        "  AS l(p, e, a, f, u)",
+        n->schema_q, n->name);
+}
 
-    free(schema_q);
-    free(table_q);
-    free(t);
-    free(name);
-
+/* The worker's and the listener's session settings. */
+static void sql_sessions(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
+{
+    struct strbuf sb;
     /* Session settings: the worker's statement timeout and keepalives follow the lease
      * timeout (the server must notice a dead relay before the lease grace ends). A frozen
      * process (SIGSTOP, a paused container) still answers keepalives from its kernel, so
@@ -489,6 +461,34 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
                       cfg->notify_channel);
         sql->listen_setup = sb.buf;
     }
+}
+
+void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
+{
+    struct names n;
+    schema_names(cfg->table, &n.schema_q, &n.table_q, &n.name);
+    n.t = schema_rows_relation(cfg->table, cfg->debezium);
+    memset(sql, 0, sizeof(*sql));
+    sql->topic_expr = topic_expression(cfg->topic_template);
+    /* Every claim starts in each held lease partition of the pending index at that
+     * partition's proven floor ($9, aligned with $4; 0 is the bottom: floor.c) and skips
+     * only the rows in flight ($1, a hashed NOT IN), so a row that commits late below rows
+     * already published is still found, in id order with the later rows of its key (a key
+     * never changes partition). At most $5 rows per partition, $2 in all. Keys with a
+     * parked row wait (unless the poison policy is skip); paused topics wait; keys held
+     * back because their Kafka partition holds its share wait ($8, kshare.h). The claim
+     * is read-only: it needs no transaction id and no WAL flush. */
+    outbox_sql_claim(sql, cfg, 0, 0);
+    sql_rows(sql, cfg, &n);
+    outbox_sql_arm(sql, cfg, 0);
+    sql_checks(sql, cfg, &n);
+    sql_monitor(sql, cfg, &n);
+    sql_leases(sql, cfg, &n);
+    sql_sessions(sql, cfg, &n);
+    free(n.schema_q);
+    free(n.table_q);
+    free(n.t);
+    free(n.name);
 }
 
 int outbox_lease_key(const char *table)

@@ -2,6 +2,7 @@
  * exposition format with the core's helpers. */
 #include "relay/relay_metrics.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Fine below 50 ms, where the latency target lives; coarse above. */
@@ -24,13 +25,52 @@ void metrics_init(struct metrics *m)
     histogram_init(&m->batch_rows, batch_bounds, ARRAY_LEN(batch_bounds));
 }
 
-void metrics_render(const struct metrics *m, const char *version, struct strbuf *o)
-{
-    metrics_head(o, "outbox_build_info", "gauge", "Build information; always 1.");
-    strbuf_puts(o, "outbox_build_info{version=\"");
-    metrics_label_value(o, version);
-    strbuf_puts(o, "\"} 1\n");
+/* The plain counters, in exposition order. */
+static const struct counter_def {
+    const char *name, *help;
+    size_t offset; /* of a uint64_t in struct metrics */
+} counters[] = {
+    {"outbox_claims_total", "Claim statements run.",
+     offsetof(struct metrics, claims_total)},
+    {"outbox_claims_from_bottom_total", "Claims that read every lease partition from the bottom of the pending index (the others start at proven floors above the rows already marked).",
+     offsetof(struct metrics, claims_from_bottom_total)},
+    {"outbox_floor_resets_total", "Times rows were put back below the claim floors (a reset, a lost lease, a held key or paused topic released, a requeue), so that the next claim read from the bottom.",
+     offsetof(struct metrics, floor_resets_total)},
+    {"outbox_claimed_rows_total", "Rows claimed.",
+     offsetof(struct metrics, claimed_rows_total)},
+    {"outbox_published_total", "Messages acknowledged by Kafka.",
+     offsetof(struct metrics, published_total)},
+    {"outbox_marked_total", "Rows marked SENT.",
+     offsetof(struct metrics, marked_total)},
+    {"outbox_parked_total", "Rows parked as FAILED.",
+     offsetof(struct metrics, parked_total)},
+    {"outbox_possible_duplicates_total", "Upper bound of rows published more than once (after a failed delivery, a producer reset, or a crash before marking).",
+     offsetof(struct metrics, possible_duplicates_total)},
+    {"outbox_producer_recreated_total", "Producers recreated after fatal errors.",
+     offsetof(struct metrics, producer_recreated_total)},
+    {"outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
+     offsetof(struct metrics, resets_total)},
+    {"outbox_retention_deleted_total", "SENT rows deleted by retention.",
+     offsetof(struct metrics, retention_deleted_total)},
+    {"outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
+     offsetof(struct metrics, pg_reconnects_total)},
+    {"outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
+     offsetof(struct metrics, doorbell_wakeups_total)},
+    {"outbox_partition_share_held_back_total", "Claimed rows left PENDING because their Kafka partition held its share of the in-flight window (a partition without a leader, or a slow one).",
+     offsetof(struct metrics, share_held_back_total)},
+    {"outbox_topic_partition_changes_total", "Times a topic's partition count changed: per-key order across the change is not kept.",
+     offsetof(struct metrics, topic_partition_changes_total)},
+    {"outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
+     offsetof(struct metrics, lease_rebalances_total)},
+    {"outbox_lease_takeovers_total", "Partitions taken over from a relay that did not release them.",
+     offsetof(struct metrics, lease_takeovers_total)},
+    {"outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
+     offsetof(struct metrics, lease_lost_total)},
+};
 
+/* The backlog's state: gauges, the stall reason, paused topics. */
+static void render_state(const struct metrics *m, struct strbuf *o)
+{
     metrics_gauge(o, "outbox_pending_rows",
           "PENDING rows in the outbox (exact up to the count cap, see outbox_pending_rows_exact).",
           (double)m->pending_rows);
@@ -67,7 +107,11 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
         metrics_label_value(o, m->paused_topics[i]);
         strbuf_puts(o, "\"} 1\n");
     }
+}
 
+/* What holds vacuum back: the oldest long transaction, a replication slot or standby. */
+static void render_holders(const struct metrics *m, struct strbuf *o)
+{
     metrics_head(o, "outbox_long_transaction_age_seconds", "gauge",
          "Age of the oldest transaction open longer than the threshold (holds back vacuum).");
     if (m->long_tx_pid || m->long_tx_age_seconds > 0) {
@@ -90,39 +134,10 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
         metrics_label_value(o, m->xmin_holder_name);
         strbuf_printf(o, "\"} %.3f\n", m->xmin_holder_seconds);
     }
+}
 
-    metrics_counter(o, "outbox_claims_total", "Claim statements run.", m->claims_total);
-    metrics_counter(o, "outbox_claims_from_bottom_total",
-            "Claims that read every lease partition from the bottom of the pending index (the "
-            "others start at proven floors above the rows already marked).",
-            m->claims_from_bottom_total);
-    metrics_counter(o, "outbox_floor_resets_total",
-            "Times rows were put back below the claim floors (a reset, a lost lease, a held key "
-            "or paused topic released, a requeue), so that the next claim read from the bottom.",
-            m->floor_resets_total);
-    metrics_counter(o, "outbox_claimed_rows_total", "Rows claimed.", m->claimed_rows_total);
-    metrics_counter(o, "outbox_published_total", "Messages acknowledged by Kafka.", m->published_total);
-    metrics_counter(o, "outbox_marked_total", "Rows marked SENT.", m->marked_total);
-    metrics_head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
-    for (int r = 0; r < FAILURE_REASONS; r++)
-        strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
-                      failure_reason_name((enum failure_reason)r),
-                      (unsigned long long)m->publish_failures_total[r]);
-    metrics_counter(o, "outbox_parked_total", "Rows parked as FAILED.", m->parked_total);
-    metrics_counter(o, "outbox_possible_duplicates_total",
-            "Upper bound of rows published more than once (after a failed delivery, a producer "
-            "reset, or a crash before marking).",
-            m->possible_duplicates_total);
-    metrics_counter(o, "outbox_producer_recreated_total", "Producers recreated after fatal errors.",
-            m->producer_recreated_total);
-    metrics_counter(o, "outbox_resets_total", "Pauses to settle in-flight deliveries after a failure.",
-            m->resets_total);
-    metrics_counter(o, "outbox_retention_deleted_total", "SENT rows deleted by retention.",
-            m->retention_deleted_total);
-    metrics_counter(o, "outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
-            m->pg_reconnects_total);
-    metrics_counter(o, "outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
-            m->doorbell_wakeups_total);
+static void render_leases(const struct metrics *m, struct strbuf *o)
+{
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",
@@ -133,20 +148,26 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     strbuf_printf(o, "\"} %lld\n", (long long)m->lease_partitions_unowned);
     metrics_gauge(o, "outbox_lease_relays", "Relays of this table at the last scan (membership lock holders).",
           (double)m->lease_relays);
-    metrics_counter(o, "outbox_partition_share_held_back_total",
-            "Claimed rows left PENDING because their Kafka partition held its share of the "
-            "in-flight window (a partition without a leader, or a slow one).",
-            m->share_held_back_total);
-    metrics_counter(o, "outbox_topic_partition_changes_total",
-            "Times a topic's partition count changed: per-key order across the change is not kept.",
-            m->topic_partition_changes_total);
-    metrics_counter(o, "outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
-            m->lease_rebalances_total);
-    metrics_counter(o, "outbox_lease_takeovers_total",
-            "Partitions taken over from a relay that did not release them.", m->lease_takeovers_total);
-    metrics_counter(o, "outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
-            m->lease_lost_total);
+}
+
+void metrics_render(const struct metrics *m, const char *version, struct strbuf *o)
+{
+    metrics_head(o, "outbox_build_info", "gauge", "Build information; always 1.");
+    strbuf_puts(o, "outbox_build_info{version=\"");
+    metrics_label_value(o, version);
+    strbuf_puts(o, "\"} 1\n");
+    render_state(m, o);
+    render_holders(m, o);
+    for (size_t i = 0; i < ARRAY_LEN(counters); i++)
+        metrics_counter(o, counters[i].name, counters[i].help,
+                        *(const uint64_t *)(const void *)((const char *)m + counters[i].offset));
+    metrics_head(o, "outbox_publish_failures_total", "counter", "Failed deliveries by reason.");
+    for (int r = 0; r < FAILURE_REASONS; r++)
+        strbuf_printf(o, "outbox_publish_failures_total{reason=\"%s\"} %llu\n",
+                      failure_reason_name((enum failure_reason)r),
+                      (unsigned long long)m->publish_failures_total[r]);
+    render_leases(m, o);
     metrics_histogram(o, "outbox_event_latency_seconds",
-              "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
+                      "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
     metrics_histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
 }

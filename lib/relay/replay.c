@@ -26,7 +26,9 @@ struct replay {
     long long delivered, failed;
     int fatal;
     ev_tstamp last_report;
-    struct sink *sk; /* names its errors */
+    struct ev_loop *loop; /* NULL on a dry run */
+    struct sink *sk;
+    long long selected, first_id, last_id;
 };
 
 static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
@@ -62,8 +64,9 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* Serves the loop until nothing is left in the producer, or nothing was reported for
  * STALL_S seconds (Kafka unreachable): then what is left is purged and counted failed. */
-static void drain(struct ev_loop *loop, struct sink *sk, struct replay *rp, int below)
+static void drain(struct replay *rp, int below)
 {
+    struct sink *sk = rp->sk;
     rp->last_report = ev_time();
     while (sink_outq_len(sk) > below && !rp->fatal) {
         if (ev_time() - rp->last_report > STALL_S) {
@@ -72,7 +75,7 @@ static void drain(struct ev_loop *loop, struct sink *sk, struct replay *rp, int 
             sink_abandon(sk, 2000);
             break;
         }
-        ev_run(loop, EVRUN_ONCE);
+        ev_run(rp->loop, EVRUN_ONCE);
         sink_poll(sk);
     }
 }
@@ -85,6 +88,103 @@ static const char *who(char *buf, size_t len)
     gethostname(host, sizeof(host) - 1);
     snprintf(buf, len, "%s@%s", user ? user : pw ? pw->pw_name : "?", host);
     return buf;
+}
+
+/* 1 (USAGE, with err) when a --since window without --limit holds more than GUARD_ROWS
+ * SENT rows, 0 when it does not, -1 on a failed query. */
+static int guard(PGconn *conn, const char *t, const char *filter, int nparams, const char *const *params,
+                 char *err, size_t errlen)
+{
+    struct strbuf q;
+    strbuf_init(&q);
+    strbuf_printf(&q, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'SENT' AND %s LIMIT %d) s",
+                  t, filter, GUARD_ROWS + 1);
+    PGresult *res = pgconn_exec(conn, q.buf, nparams, params, err, errlen);
+    strbuf_destroy(&q);
+    if (!res)
+        return -1;
+    long long n = atoll(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (n <= GUARD_ROWS)
+        return 0;
+    set_err(err, errlen, "the window holds more than %d SENT rows: give --limit N", GUARD_ROWS);
+    return OUTBOX_EXIT_USAGE;
+}
+
+/* One fetched page of rows, in id order, to the sink (counted only on a dry run). payloads:
+ * the decoded bytea payloads, or NULL. */
+static void publish_fetched(struct replay *rp, const PGresult *res, const struct pg_bytes *payloads,
+                            const struct message_layout *lay, int dry_run)
+{
+    int n = PQntuples(res);
+    for (int i = 0; i < n && !rp->fatal; i++) {
+        struct outbox_row row = {
+            .id = pg_int(PQgetvalue(res, i, 0)),
+            .event_id = PQgetvalue(res, i, 1),
+            .aggregate_type = PQgetvalue(res, i, 2),
+            .aggregate_id = PQgetvalue(res, i, 3),
+            .event_type = PQgetvalue(res, i, 4),
+            .topic = PQgetisnull(res, i, 5) ? NULL : PQgetvalue(res, i, 5),
+            .payload = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6),
+            .payload_len = (size_t)PQgetlength(res, i, 6),
+            .headers = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
+            .created_ms = pg_int(PQgetvalue(res, i, 8)),
+        };
+        if (payloads)
+            row.payload = pg_bytes_get(payloads, res, 6, i, &row.payload_len);
+        rp->selected++;
+        if (!rp->first_id)
+            rp->first_id = row.id;
+        rp->last_id = row.id;
+        if (dry_run)
+            continue;
+        struct message msg;
+        char why[512];
+        if (message_build_layout(&row, lay, &msg, why, sizeof(why)) != 0) {
+            log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
+            rp->failed++;
+            continue;
+        }
+        int e;
+        enum sink_queued queued;
+        while ((queued = sink_produce(rp->sk, &msg, row.aggregate_id, row.payload,
+                                 row.payload ? row.payload_len : 0, row.created_ms, row.id, &e)) == SINK_FULL)
+            drain(rp, sink_outq_len(rp->sk) / 2);
+        if (queued != SINK_QUEUED) {
+            log_warn("replay: row %lld to %s refused: %s", (long long)row.id, msg.topic, sink_err_str(rp->sk, e));
+            rp->failed++;
+        }
+        message_destroy(&msg);
+    }
+}
+
+/* The log line and the output, text or JSON; rows neither delivered nor failed (purged,
+ * unreported) count as failed. */
+static void report(struct replay *rp, const struct config *cfg, const struct command *cmd, const char *what,
+                   FILE *out)
+{
+    long long lost = cmd->dry_run ? 0 : rp->selected - rp->delivered - rp->failed; /* purged or unreported */
+    rp->failed += lost > 0 ? lost : 0;
+    char by[300];
+    if (cmd->dry_run)
+        log_info("replay: %s dry run over the rows of %s selected by %s%s: %lld selected, nothing "
+                 "published", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
+                 rp->selected);
+    else
+        log_info("replay: %s replayed the rows of %s selected by %s%s: %lld selected, %lld delivered, "
+                 "%lld failed", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
+                 rp->selected, rp->delivered, rp->failed);
+    if (cmd->json)
+        fprintf(out, "{\"selected\": %lld, \"replayed\": %lld, \"failed\": %lld, \"dry_run\": %s, "
+                     "\"first_id\": %lld, \"last_id\": %lld}\n",
+                rp->selected, rp->delivered, rp->failed, cmd->dry_run ? "true" : "false", rp->first_id,
+                rp->last_id);
+    else if (cmd->dry_run)
+        fprintf(out, "would replay %lld SENT row%s (ids %lld..%lld)\n", rp->selected,
+                rp->selected == 1 ? "" : "s", rp->first_id, rp->last_id);
+    else
+        fprintf(out, "replayed %lld of %lld SENT row%s (ids %lld..%lld), %lld failed\n", rp->delivered,
+                rp->selected, rp->selected == 1 ? "" : "s", rp->first_id, rp->last_id, rp->failed);
 }
 
 int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
@@ -104,33 +204,18 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     snprintf(what, sizeof(what), "%s%s%s%s", cmd->id ? "--id " : cmd->key ? "--key " : "--since ",
              params[0], cmd->until ? " --until " : "", cmd->until ? cmd->until : "");
     int rc = -1;
-    struct ev_loop *loop = NULL;
-    struct sink *sk = NULL;
     struct strbuf q;
     strbuf_init(&q);
     struct replay rp = {0};
-    long long selected = 0, first_id = 0, last_id = 0;
     PGresult *res = NULL;
 
     /* Guard rail: a time window without --limit may not select more than GUARD_ROWS. */
-    if (cmd->since && !cmd->limit) {
-        strbuf_printf(&q, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE status = 'SENT' AND %s LIMIT %d) s",
-                      t, filter, GUARD_ROWS + 1);
-        if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
-            goto out;
-        long long n = atoll(PQgetvalue(res, 0, 0));
-        PQclear(res);
-        res = NULL;
-        if (n > GUARD_ROWS) {
-            set_err(err, errlen, "the window holds more than %d SENT rows: give --limit N", GUARD_ROWS);
-            rc = OUTBOX_EXIT_USAGE;
-            goto out;
-        }
-        strbuf_reset(&q);
-    }
+    if (cmd->since && !cmd->limit && (rc = guard(conn, t, filter, nparams, params, err, errlen)) != 0)
+        goto out;
+    rc = -1;
     if (!cmd->dry_run) {
-        loop = ev_loop_new(EVFLAG_AUTO);
-        if (!(rp.sk = sk = sink_new(loop, cfg, &replay_callbacks, &rp, err, errlen)))
+        rp.loop = ev_loop_new(EVFLAG_AUTO);
+        if (!(rp.sk = sink_new(rp.loop, cfg, &replay_callbacks, &rp, err, errlen)))
             goto out;
     }
     char ptype[128];
@@ -162,9 +247,9 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
         goto out;
     PQclear(res);
     ev_timer tick;
-    if (loop) {
+    if (rp.loop) {
         ev_timer_init(&tick, tick_cb, 1.0, 1.0);
-        ev_timer_start(loop, &tick);
+        ev_timer_start(rp.loop, &tick);
     }
     for (;;) {
         res = pgconn_exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
@@ -176,91 +261,33 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
             set_err(err, errlen, "a bytea payload did not come as hex");
             goto out;
         }
-        for (int i = 0; i < n && !rp.fatal; i++) {
-            struct outbox_row row = {
-                .id = pg_int(PQgetvalue(res, i, 0)),
-                .event_id = PQgetvalue(res, i, 1),
-                .aggregate_type = PQgetvalue(res, i, 2),
-                .aggregate_id = PQgetvalue(res, i, 3),
-                .event_type = PQgetvalue(res, i, 4),
-                .topic = PQgetisnull(res, i, 5) ? NULL : PQgetvalue(res, i, 5),
-                .payload = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6),
-                .payload_len = (size_t)PQgetlength(res, i, 6),
-                .headers = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
-                .created_ms = pg_int(PQgetvalue(res, i, 8)),
-            };
-            if (bytea)
-                row.payload = pg_bytes_get(&payloads, res, 6, i, &row.payload_len);
-            selected++;
-            if (!first_id)
-                first_id = row.id;
-            last_id = row.id;
-            if (cmd->dry_run)
-                continue;
-            struct message msg;
-            char why[512];
-            if (message_build_layout(&row, &lay, &msg, why, sizeof(why)) != 0) {
-                log_warn("replay: row %lld cannot be mapped to a message: %s", (long long)row.id, why);
-                rp.failed++;
-                continue;
-            }
-            int e;
-            enum sink_queued queued;
-            while ((queued = sink_produce(sk, &msg, row.aggregate_id, row.payload,
-                                     row.payload ? row.payload_len : 0, row.created_ms, row.id, &e)) == SINK_FULL)
-                drain(loop, sk, &rp, sink_outq_len(sk) / 2);
-            if (queued != SINK_QUEUED) {
-                log_warn("replay: row %lld to %s refused: %s", (long long)row.id, msg.topic, sink_err_str(sk, e));
-                rp.failed++;
-            }
-            message_destroy(&msg);
-        }
+        publish_fetched(&rp, res, bytea ? &payloads : NULL, &lay, cmd->dry_run);
         pg_bytes_free(&payloads);
         PQclear(res);
         res = NULL;
         if (n < FETCH_ROWS || rp.fatal)
             break;
-        if (loop)
-            drain(loop, sk, &rp, 10000); /* keep what waits in the producer bounded */
+        if (rp.loop)
+            drain(&rp, 10000); /* keep what waits in the producer bounded */
     }
-    if (loop)
-        drain(loop, sk, &rp, 0);
+    if (rp.loop)
+        drain(&rp, 0);
     if (!(res = pgconn_exec(conn, "COMMIT", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
     res = NULL;
-    long long lost = cmd->dry_run ? 0 : selected - rp.delivered - rp.failed; /* purged or unreported */
-    rp.failed += lost > 0 ? lost : 0;
-    char by[300];
-    if (cmd->dry_run)
-        log_info("replay: %s dry run over the rows of %s selected by %s%s: %lld selected, nothing "
-                 "published", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
-                 selected);
-    else
-        log_info("replay: %s replayed the rows of %s selected by %s%s: %lld selected, %lld delivered, "
-                 "%lld failed", who(by, sizeof(by)), cfg->table, what, cmd->limit ? " with --limit" : "",
-                 selected, rp.delivered, rp.failed);
-    if (cmd->json)
-        fprintf(out, "{\"selected\": %lld, \"replayed\": %lld, \"failed\": %lld, \"dry_run\": %s, "
-                     "\"first_id\": %lld, \"last_id\": %lld}\n",
-                selected, rp.delivered, rp.failed, cmd->dry_run ? "true" : "false", first_id, last_id);
-    else if (cmd->dry_run)
-        fprintf(out, "would replay %lld SENT row%s (ids %lld..%lld)\n", selected, selected == 1 ? "" : "s",
-                first_id, last_id);
-    else
-        fprintf(out, "replayed %lld of %lld SENT row%s (ids %lld..%lld), %lld failed\n", rp.delivered,
-                selected, selected == 1 ? "" : "s", first_id, last_id, rp.failed);
+    report(&rp, cfg, cmd, what, out);
     rc = rp.failed || rp.fatal ? OUTBOX_EXIT_FAILED : OUTBOX_EXIT_OK;
     if (rc)
-        set_err(err, errlen, "%lld of %lld rows were not delivered", rp.failed, selected);
+        set_err(err, errlen, "%lld of %lld rows were not delivered", rp.failed, rp.selected);
 out:
     if (res)
         PQclear(res);
     if (rc == -1)
         PQclear(PQexec(conn, "ROLLBACK"));
-    sink_free(sk);
-    if (loop)
-        ev_loop_destroy(loop);
+    sink_free(rp.sk);
+    if (rp.loop)
+        ev_loop_destroy(rp.loop);
     strbuf_destroy(&q);
     free(schema_q);
     free(t);

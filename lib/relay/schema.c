@@ -283,6 +283,59 @@ static int migrate_payload_type(PGconn *conn, const char *table, const char *wan
     return 0;
 }
 
+/* The bookkeeping table (schema.outbox_relay_schema): made when missing, never adopted
+ * from another role (it decides what migrate runs). */
+static int bookkeeping(PGconn *conn, const char *schema_q, char *err, size_t errlen)
+{
+    struct strbuf sql;
+    strbuf_init(&sql);
+    strbuf_printf(&sql,
+                  "CREATE SCHEMA IF NOT EXISTS %s; "
+                  "CREATE TABLE IF NOT EXISTS %s.outbox_relay_schema ("
+                  " table_name text NOT NULL, version int NOT NULL,"
+                  " applied_at timestamptz NOT NULL DEFAULT now(),"
+                  " PRIMARY KEY (table_name, version))",
+                  schema_q, schema_q);
+    if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0) {
+        strbuf_destroy(&sql);
+        return -1;
+    }
+    /* Never adopt a bookkeeping table someone else made (it decides what migrate runs). */
+    strbuf_reset(&sql);
+    strbuf_printf(&sql, "SELECT pg_has_role(c.relowner, 'MEMBER') FROM pg_class c"
+                        " WHERE c.oid = '%s.outbox_relay_schema'::regclass", schema_q);
+    PGresult *own = PQexec(conn, sql.buf);
+    int mine = pgconn_result_ok(own) && PQntuples(own) == 1 && PQgetvalue(own, 0, 0)[0] == 't';
+    PQclear(own);
+    strbuf_destroy(&sql);
+    if (!mine)
+        return set_err(err, errlen, "%s.outbox_relay_schema exists and is owned by another role; "
+                       "migrate as its owner (or drop it if it is not the relay's)", schema_q);
+    return 0;
+}
+
+/* A table in the other layout is refused before anything runs: the Debezium layout's
+ * table has relay_seq, the native one event_id. */
+static int check_layout(PGconn *conn, const char *table, const char *table_q, int debezium, char *err,
+                        size_t errlen)
+{
+    const char *tparam[1] = {table_q};
+    PGresult *lay = pgconn_exec(conn, "SELECT bool_or(attname = 'relay_seq'), bool_or(attname = 'event_id')"
+                                      " FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)"
+                                      " AND NOT attisdropped", 1, tparam, err, errlen);
+    if (!lay)
+        return -1;
+    int has_seq = PQgetvalue(lay, 0, 0)[0] == 't', has_event_id = PQgetvalue(lay, 0, 1)[0] == 't';
+    PQclear(lay);
+    if (!debezium && has_seq)
+        return set_err(err, errlen, "table %s is in the Debezium layout (it has relay_seq): set "
+                       "OUTBOX_LAYOUT=debezium", table);
+    if (debezium && has_event_id && !has_seq)
+        return set_err(err, errlen, "table %s is in the native layout (it has event_id): unset "
+                       "OUTBOX_LAYOUT or set it to native", table);
+    return 0;
+}
+
 int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
                    int *applied, char *err, size_t errlen)
 {
@@ -301,54 +354,16 @@ int schema_migrate(PGconn *conn, const char *table, const char *payload_type, in
     if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0)
         goto out;
     locked = 1;
-    strbuf_reset(&sql);
-    strbuf_printf(&sql,
-                  "CREATE SCHEMA IF NOT EXISTS %s; "
-                  "CREATE TABLE IF NOT EXISTS %s.outbox_relay_schema ("
-                  " table_name text NOT NULL, version int NOT NULL,"
-                  " applied_at timestamptz NOT NULL DEFAULT now(),"
-                  " PRIMARY KEY (table_name, version))",
-                  schema_q, schema_q);
-    if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0)
+    if (bookkeeping(conn, schema_q, err, errlen) != 0)
         goto out;
-    /* Never adopt a bookkeeping table someone else made (it decides what migrate runs). */
-    strbuf_reset(&sql);
-    strbuf_printf(&sql, "SELECT pg_has_role(c.relowner, 'MEMBER') FROM pg_class c"
-                        " WHERE c.oid = '%s.outbox_relay_schema'::regclass", schema_q);
-    PGresult *own = PQexec(conn, sql.buf);
-    int mine = pgconn_result_ok(own) && PQntuples(own) == 1 && PQgetvalue(own, 0, 0)[0] == 't';
-    PQclear(own);
-    if (!mine) {
-        set_err(err, errlen, "%s.outbox_relay_schema exists and is owned by another role; "
-                "migrate as its owner (or drop it if it is not the relay's)", schema_q);
-        goto out;
-    }
 
     char ptype[128];
     if (migrate_payload_type(conn, table, payload_type, ptype, sizeof(ptype), err, errlen) != 0)
         goto out;
     const struct placeholders names = {schema_q, table_q, name, ptype};
 
-    /* A table in the other layout is refused before anything runs: the Debezium layout's
-     * table has relay_seq, the native one event_id. */
-    const char *tparam[1] = {table_q};
-    PGresult *lay = pgconn_exec(conn, "SELECT bool_or(attname = 'relay_seq'), bool_or(attname = 'event_id')"
-                                      " FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)"
-                                      " AND NOT attisdropped", 1, tparam, err, errlen);
-    if (!lay)
+    if (check_layout(conn, table, table_q, debezium, err, errlen) != 0)
         goto out;
-    int has_seq = PQgetvalue(lay, 0, 0)[0] == 't', has_event_id = PQgetvalue(lay, 0, 1)[0] == 't';
-    PQclear(lay);
-    if (!debezium && has_seq) {
-        set_err(err, errlen, "table %s is in the Debezium layout (it has relay_seq): set "
-                "OUTBOX_LAYOUT=debezium", table);
-        goto out;
-    }
-    if (debezium && has_event_id && !has_seq) {
-        set_err(err, errlen, "table %s is in the native layout (it has event_id): unset "
-                "OUTBOX_LAYOUT or set it to native", table);
-        goto out;
-    }
 
     for (int i = 0; i < schema_file_count; i++) {
         const struct schema_file *f = &schema_files[i];

@@ -17,17 +17,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark
-while [ $# -gt 0 ]; do
-    case $1 in
-    --events) events=$2; shift 2 ;;
-    --kills) kills=$2; shift 2 ;;
-    --keys) keys=$2; shift 2 ;;
-    --clients) clients=$2; shift 2 ;;
-    --on-sent) on_sent=$2; shift 2 ;;
-    *) echo "usage: $0 [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]" >&2; exit 2 ;;
-    esac
-done
 . "$src/scripts/common.sh" # PG_BIN, and the servers when run alone
+common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]" \
+    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent" "$@"
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
     (cd "$src" && common_setup)
     own_servers=1

@@ -312,37 +312,41 @@ static void release_due(struct conn *c, int64_t now)
     }
 }
 
+/* A read's or write's result: 1 bytes moved or interrupted (go on), 0 it would block (try
+ * when the loop says), -1 the connection is over (EOF or an error). */
+static int io_step(ssize_t n)
+{
+    if (n > 0 || (n < 0 && errno == EINTR))
+        return 1;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    return -1;
+}
+
 /* Reads what fd has into b; 0 on EOF or error (the connection is over). */
 static int read_into(int fd, struct buf *b)
 {
     unsigned char tmp[65536];
     for (;;) {
         ssize_t n = read(fd, tmp, sizeof(tmp));
-        if (n > 0) {
+        int step = io_step(n);
+        if (step <= 0)
+            return step + 1;
+        if (n > 0)
             buf_put(b, tmp, (size_t)n);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 1;
-        if (n < 0 && errno == EINTR)
-            continue;
-        return 0;
     }
 }
 
+/* Writes what b holds to fd; 0 when the connection is over. */
 static int write_from(int fd, struct buf *b)
 {
     while (b->len) {
         ssize_t n = write(fd, b->data, b->len);
-        if (n > 0) {
+        int step = io_step(n);
+        if (step <= 0)
+            return step + 1;
+        if (n > 0)
             buf_drop(b, (size_t)n);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 1;
-        if (n < 0 && errno == EINTR)
-            continue;
-        return 0;
     }
     return 1;
 }

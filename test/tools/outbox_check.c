@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kafka.h"
 #include "murmur2.h"
 
 struct expected_row {
@@ -305,15 +306,7 @@ int main(int argc, char **argv)
     }
 
     char errstr[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr)) ||
-        rd_kafka_conf_set(conf, "group.id", "outbox-check", errstr, sizeof(errstr)) ||
-        rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr)) ||
-        rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr))) {
-        fprintf(stderr, "outbox-check: %s\n", errstr);
-        return 2;
-    }
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-check", 1, errstr, sizeof(errstr));
     if (!rk) {
         fprintf(stderr, "outbox-check: %s\n", errstr);
         return 2;

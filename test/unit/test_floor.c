@@ -6,6 +6,13 @@
 #include "tap.h"
 
 /* A claim of partitions 3 and 5 sent from the current floors with the current proof. */
+/* The claim returned count rows of lease partition p, the last of them id last. */
+static void saw(struct floor_claim *c, int p, int count, long long last)
+{
+    c->count[p] = count;
+    c->last[p] = last;
+}
+
 static struct floor_claim claim_of(const struct floors *f)
 {
     struct floor_claim c;
@@ -40,8 +47,7 @@ int main(void)
 
     /* a claim that saw everything above the floors: both rise to the proof */
     struct floor_claim c = claim_of(&f);
-    c.count[3] = 4;
-    c.last[3] = 250;
+    saw(&c, 3, 4, 250);
     floors_after_claim(&f, &c);
     is_int(f.at[3], 260, "partition 3: all its rows seen, floor at the proof");
     is_int(f.at[5], 260, "partition 5: nothing claimable, floor at the proof");
@@ -50,10 +56,8 @@ int main(void)
     /* the quota filled in partition 3: more may wait above its last row */
     floors_probe_result(&f, 900, "{}", 0);
     c = claim_of(&f);
-    c.count[3] = 10;
-    c.last[3] = 400;
-    c.count[5] = 2;
-    c.last[5] = 880;
+    saw(&c, 3, 10, 400);
+    saw(&c, 5, 2, 880);
     floors_after_claim(&f, &c);
     is_int(f.at[3], 400, "quota filled: the floor stops at the last row returned");
     is_int(f.at[5], 900, "the other partition rises to the proof");
@@ -61,8 +65,7 @@ int main(void)
     /* the limit or byte budget cut the claim after id 600 */
     floors_probe_result(&f, 2000, "{}", 0);
     c = claim_of(&f);
-    c.count[3] = 3;
-    c.last[3] = 600;
+    saw(&c, 3, 3, 600);
     c.cut = 1;
     c.cut_at = 600;
     floors_after_claim(&f, &c);
@@ -73,8 +76,7 @@ int main(void)
     c = claim_of(&f);
     c.sent[0] = 0;
     c.sent[1] = 0;
-    c.count[3] = 10;
-    c.last[3] = 120;
+    saw(&c, 3, 10, 120);
     floors_after_claim(&f, &c);
     is_int(f.at[3], 120, "a claim from the bottom that filled its quota: floor at its last row");
     is_int(f.at[5], 2000, "and the other partition at the proof");
