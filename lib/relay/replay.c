@@ -187,6 +187,37 @@ static void report(struct replay *rp, const struct config *cfg, const struct com
                 rp->selected, rp->selected == 1 ? "" : "s", rp->first_id, rp->last_id, rp->failed);
 }
 
+/* The cursor over the selected SENT rows, in id order, within the snapshot already begun:
+ * the columns a message is built from (the headers as the layout places them). */
+static int declare_cursor(PGconn *conn, const struct config *cfg, const struct command *cmd, const char *t,
+                          const char *filter, int bytea, int nparams, const char *const *params, char *err,
+                          size_t errlen)
+{
+    char *types_q = outbox_placement_types_query(cfg);
+    PGresult *types = pgconn_exec(conn, types_q, 0, NULL, err, errlen);
+    free(types_q);
+    if (!types)
+        return -1;
+    char *headers = outbox_headers_sql(cfg, "o", PQgetisnull(types, 0, 0) ? NULL : PQgetvalue(types, 0, 0));
+    PQclear(types);
+    struct strbuf q;
+    strbuf_init(&q);
+    strbuf_printf(&q,
+                  "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
+                  " event_type, topic, %s, %s::text, " OUTBOX_CREATED_MS("created_at")
+                  " FROM %s o WHERE status = 'SENT' AND %s ORDER BY id",
+                  bytea ? "encode(payload, 'hex')" : "payload::text", headers, t, filter);
+    free(headers);
+    if (cmd->limit)
+        strbuf_printf(&q, " LIMIT %lld", cmd->limit);
+    PGresult *res = pgconn_exec(conn, q.buf, nparams, params, err, errlen);
+    strbuf_destroy(&q);
+    if (!res)
+        return -1;
+    PQclear(res);
+    return 0;
+}
+
 int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
 {
     char *schema_q, *t, *name;
@@ -204,8 +235,6 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     snprintf(what, sizeof(what), "%s%s%s%s", cmd->id ? "--id " : cmd->key ? "--key " : "--since ",
              params[0], cmd->until ? " --until " : "", cmd->until ? cmd->until : "");
     int rc = -1;
-    struct strbuf q;
-    strbuf_init(&q);
     struct replay rp = {0};
     PGresult *res = NULL;
 
@@ -228,24 +257,8 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
-    char *types_q = outbox_placement_types_query(cfg);
-    PGresult *types = pgconn_exec(conn, types_q, 0, NULL, err, errlen);
-    free(types_q);
-    if (!types)
+    if (declare_cursor(conn, cfg, cmd, t, filter, bytea, nparams, params, err, errlen) != 0)
         goto out;
-    char *headers = outbox_headers_sql(cfg, "o", PQgetisnull(types, 0, 0) ? NULL : PQgetvalue(types, 0, 0));
-    PQclear(types);
-    strbuf_printf(&q,
-                  "DECLARE replay NO SCROLL CURSOR FOR SELECT id, event_id, aggregate_type, aggregate_id,"
-                  " event_type, topic, %s, %s::text, " OUTBOX_CREATED_MS("created_at")
-                  " FROM %s o WHERE status = 'SENT' AND %s ORDER BY id",
-                  bytea ? "encode(payload, 'hex')" : "payload::text", headers, t, filter);
-    free(headers);
-    if (cmd->limit)
-        strbuf_printf(&q, " LIMIT %lld", cmd->limit);
-    if (!(res = pgconn_exec(conn, q.buf, nparams, params, err, errlen)))
-        goto out;
-    PQclear(res);
     ev_timer tick;
     if (rp.loop) {
         ev_timer_init(&tick, tick_cb, 1.0, 1.0);
@@ -288,7 +301,6 @@ out:
     sink_free(rp.sk);
     if (rp.loop)
         ev_loop_destroy(rp.loop);
-    strbuf_destroy(&q);
     free(schema_q);
     free(t);
     free(name);
