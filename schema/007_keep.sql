@@ -8,8 +8,10 @@
 --   partition's lease, and only over rows found to be exactly those acknowledged or parked
 --   (the statement that moves it checks the table).
 -- * <table>_published: rows acknowledged above the watermark (while something below them is
---   still in flight, held back or late), one record per partition per mark; a record goes
---   when the watermark passes its highest id. A relay that restarts republishes none of
+--   still in flight, held back or late), one record per partition per mark (its ids, lowest
+--   and highest); a record goes when the watermark passes its highest id. No index on the
+--   ids themselves: an index entry per id would cost the WAL keep mode saves; a lookup
+--   walks the partition's records whose range holds the id (normally none or one). A relay that restarts republishes none of
 --   them: only what was in flight and not yet recorded.
 -- * <table>_parked: rows that failed (attempts, last error) and rows parked for good
 --   (failed = true), which mark and delete modes record in the row itself.
@@ -24,12 +26,12 @@ CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_watermark" (
 
 CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_published" (
     lease_partition smallint NOT NULL,
+    low             bigint NOT NULL,
     top             bigint NOT NULL,
     ids             bigint[] NOT NULL,
     at              timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS "@NAME@_published_top_idx" ON @SCHEMA@."@NAME@_published" (lease_partition, top);
-CREATE INDEX IF NOT EXISTS "@NAME@_published_ids_idx" ON @SCHEMA@."@NAME@_published" USING gin (ids);
 
 CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_parked" (
     id              bigint PRIMARY KEY,
@@ -59,4 +61,5 @@ FROM @TABLE@ o
 LEFT JOIN @SCHEMA@."@NAME@_watermark" wm ON wm.lease_partition = o.lease_partition
 LEFT JOIN @SCHEMA@."@NAME@_parked" k ON k.id = o.id
 LEFT JOIN LATERAL (SELECT min(p.at) AS at FROM @SCHEMA@."@NAME@_published" p
-                   WHERE p.lease_partition = o.lease_partition AND p.ids @> ARRAY[o.id]) pb ON true;
+                   WHERE p.lease_partition = o.lease_partition AND p.top >= o.id AND p.low <= o.id
+                     AND o.id = ANY(p.ids)) pb ON true;

@@ -39,8 +39,8 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
     sql->mark = xasprintf(
         "WITH a AS (SELECT * FROM unnest($1::int8[], $4::int2[]) AS a(id, p)),"
         " mine AS (SELECT a.* FROM a WHERE " HOLDS_LEASE("$5", "a.p") "),"
-        " ins AS (INSERT INTO %s (lease_partition, top, ids)"
-        "  SELECT p, max(id), array_agg(id ORDER BY id) FROM mine GROUP BY p RETURNING 1),"
+        " ins AS (INSERT INTO %s (lease_partition, low, top, ids)"
+        "  SELECT p, min(id), max(id), array_agg(id ORDER BY id) FROM mine GROUP BY p RETURNING 1),"
         " req AS (DELETE FROM %s k USING mine WHERE k.id = mine.id AND NOT k.failed RETURNING 1),"
         " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high) VALUES ($2, $3::int8)"
         "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
@@ -57,7 +57,7 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         " cur AS (SELECT parts.p, coalesce(wm.w, 0) AS w FROM parts LEFT JOIN %s wm ON wm.lease_partition = parts.p),"
         " nw AS (SELECT cur.p, cur.w, coalesce((SELECT o.id - 1 FROM %s o WHERE o.status = 'PENDING'"
         "   AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8"
-        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = cur.p AND pb.ids @> ARRAY[o.id])"
+        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = cur.p AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))"
         "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)"
         "   ORDER BY o.id LIMIT 1), $2::int8) AS w_new FROM cur),"
         " up AS (INSERT INTO %s AS wm (lease_partition, w, relay)"
@@ -105,7 +105,7 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "  FROM generate_series(0, %d) g),"
         " todo AS (SELECT x.id, x.created_at FROM lp CROSS JOIN LATERAL (SELECT o.id, o.created_at"
         "  FROM %s o WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w"
-        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = lp.p AND pb.ids @> ARRAY[o.id])"
+        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = lp.p AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))"
         "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)"
         "  ORDER BY o.id LIMIT $1) x)"
         " SELECT (SELECT count(*) FROM todo), (SELECT min(id) FROM todo),"
@@ -130,7 +130,7 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "SELECT count(*) FROM %s o WHERE o.status = 'PENDING'"
         " AND o.id > coalesce((SELECT w FROM %s WHERE lease_partition = o.lease_partition), 0)"
         " AND o.id <= (SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")"
-        " AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = o.lease_partition AND pb.ids @> ARRAY[o.id])",
+        " AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = o.lease_partition AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))",
         table_q, wm, schema_q, name, pub);
     /* what the proof rests on */
     free(sql->keep_check);
@@ -160,7 +160,7 @@ void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strb
                   schema_q, name, schema_q, name, schema_q, name);
     strbuf_printf(skip,
                   "   AND (p.id > lp.pubtop OR NOT EXISTS (SELECT 1 FROM %s.\"%s_published\" pb"
-                  " WHERE pb.lease_partition = lp.part AND pb.ids @> ARRAY[p.id]))"
+                  " WHERE pb.lease_partition = lp.part AND pb.top >= p.id AND pb.low <= p.id AND p.id = ANY(pb.ids)))"
                   "   AND (NOT lp.noted OR NOT EXISTS (SELECT 1 FROM %s.\"%s_parked\" k"
                   " WHERE k.id = p.id AND k.failed))",
                   schema_q, name, schema_q, name);
