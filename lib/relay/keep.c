@@ -98,21 +98,26 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "  o.aggregate_id, o.aggregate_type, o.event_type, " OUTBOX_CREATED_MS("o.created_at")
         " FROM o, u",
         table_q, parked);
-    /* the backlog: rows above W neither published nor parked ($1 count cap per partition) */
+    /* the backlog: rows above W less those recorded as published (an index-only count, not a
+     * lookup per row: an upper bound while parked rows lie above W), and the first row above
+     * W of each partition that is neither recorded nor parked, for the oldest's age ($1 the
+     * count cap per partition) */
     free(sql->stats);
     sql->stats = xasprintf(
         "WITH lp AS (SELECT g::int2 AS p, coalesce((SELECT w FROM %s WHERE lease_partition = g), 0) AS w"
         "  FROM generate_series(0, %d) g),"
-        " todo AS (SELECT x.id, x.created_at FROM lp CROSS JOIN LATERAL (SELECT o.id, o.created_at"
+        " heads AS (SELECT x.id, x.created_at FROM lp CROSS JOIN LATERAL (SELECT o.id, o.created_at"
         "  FROM %s o WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w"
         "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = lp.p AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))"
         "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)"
-        "  ORDER BY o.id LIMIT $1) x)"
-        " SELECT (SELECT count(*) FROM todo), (SELECT min(id) FROM todo),"
-        " (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM todo),"
+        "  ORDER BY o.id LIMIT 1) x)"
+        " SELECT greatest(0, (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT 1 FROM %s o"
+        "   WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w LIMIT $1) x)"
+        "  - (SELECT coalesce(sum(cardinality(ids)), 0) FROM %s)),"
+        " (SELECT min(id) FROM heads), (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
         " (SELECT max(id) FROM %s), (SELECT count(*) FROM %s WHERE failed),"
         " pg_notification_queue_usage()",
-        wm, OUTBOX_LEASE_PARTITIONS - 1, table_q, pub, parked, table_q, parked);
+        wm, OUTBOX_LEASE_PARTITIONS - 1, table_q, pub, parked, table_q, pub, table_q, parked);
     /* retention: rows at or below their partition's W, older than the retention, not parked */
     free(sql->purge);
     sql->purge = xasprintf(

@@ -4,8 +4,10 @@
 #  - a late row (its writer drew the id and stays open): W of its partition stays below it
 #    while later rows of the same partition are published (recorded above W), and passes
 #    it once it commits and is published; the published records then go;
+#  - the relay killed (SIGKILL) while W is held back there, a new one publishes none of the
+#    rows recorded above W again: no duplicate at all in Kafka;
 #  - a parked row is passed (it is accounted for), the later row of its key that waits for
-#    the requeue is not;
+#    the requeue is not, and the backlog gauge counts that row alone;
 #  - no row of the table was updated or deleted;
 #  - start-up refuses a sequence with CACHE 20 and a sequence rewound below the table's
 #    rows, each with a message that says what is wrong (exit 1).
@@ -41,9 +43,16 @@ w=$(w_of "$p")
 recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")
 [ "$recs" -ge 1 ] || fail "no published record above W for partition $p while the late row is open"
 log "late row $late open: W of partition $p stays at $w, $recs published records above it"
+kill -KILL "$(relay_pid main)"
+wait "$(relay_pid main)" 2>/dev/null || true
+start_relay main >/dev/null # a new relay, W still held back by the open writer
 wait "$writer" || fail "the late writer failed"
 wait_until 20 "the late row SENT" rows_are 1 "id = $late AND status = 'SENT'"
-wait_until 10 "W past the late row's partition" eval '[ "$(w_of "$p")" -ge "${above[4]}" ]'
+# W moves up to the floors' proof, the highest id this relay has claimed once no writer that
+# drew a lower one is still open: the new relay claimed the late row alone (the rest was
+# recorded), so W passes the records once it claims a later row of the partition
+next=$(ins "$(keys_in "$p" 6 | awk '{ print $6 }')")
+wait_until 10 "W past the late row's partition" eval '[ "$(w_of "$p")" -ge "$next" ]'
 wait_until 10 "the published records gone" eval '[ "$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")" = 0 ]'
 log "late row committed and published: W of partition $p at $(w_of "$p")"
 
@@ -53,6 +62,7 @@ bad=$(psqlc "INSERT INTO outbox ($OUTBOX_COLS, topic) VALUES ('order', 'bad', 'E
 waiting=$(ins bad E2)
 for k in $(keys_in "$q" 3); do ins "$k" >/dev/null; done
 wait_until 20 "the bad row parked" rows_are 1 "id = $bad AND status = 'FAILED'"
+wait_until 15 "the backlog gauge at the one waiting row" eval '[ "$(metric main outbox_pending_rows)" = 1 ] && [ "$(metric main outbox_failed_rows)" = 1 ]'
 wait_until 10 "W past the parked row" eval '[ "$(w_of "$q")" -ge "$bad" ]'
 sleep 1
 w=$(w_of "$q")
@@ -65,6 +75,8 @@ wait_until 20 "the requeued key SENT" all_sent
 wait_until 10 "W past the requeued key's rows" eval '[ "$(w_of "$q")" -ge "$waiting" ]'
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder"
+dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")
+[ "$dups" = 0 ] || fail "$dups rows published twice: the relay after the SIGKILL republished rows recorded above W"
 written=$(psqlc "SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
 [ "$written" = 1 ] || fail "the relay wrote to rows of the table: $written updates and deletes (1 is the test's own fix)"
 
