@@ -421,7 +421,8 @@ void mark_send(struct relay *r)
     strbuf_init(&ids);
     strbuf_init(&parts);
     window_take(&r->win, ROW_ACKED, ROW_MARKING, MARK_MAX_IDS, &ids);
-    window_parts_literal(&r->win, ROW_MASK(ROW_MARKING), &parts); /* keep mode: same order */
+    if (r->cfg->keep) /* their lease partitions, in the same order */
+        window_parts_literal(&r->win, ROW_MASK(ROW_MARKING), &parts);
     char high[24], key[16];
     snprintf(high, sizeof(high), "%lld", (long long)window_high_id(&r->win));
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
