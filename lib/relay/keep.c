@@ -27,12 +27,39 @@
     ")::int::oid AND l.objid = (" part ")::int::oid AND l.objsubid = 2 AND l.granted"          \
     " AND l.pid = pg_backend_pid())"
 
-void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name)
-{
+/* The relations keep mode's statements are written with. */
+struct keep_names {
     char wm[200], pub[200], parked[200];
-    snprintf(wm, sizeof(wm), "%s.\"%s_watermark\"", schema_q, name);
-    snprintf(pub, sizeof(pub), "%s.\"%s_published\"", schema_q, name);
-    snprintf(parked, sizeof(parked), "%s.\"%s_parked\"", schema_q, name);
+    const char *schema_q, *table_q, *name;
+};
+
+/* "row `id` of partition `part` is recorded as published": the partition's records whose
+ * range holds the id (normally none or one), then the id among theirs. Caller frees. */
+static char *recorded(const struct keep_names *k, const char *part, const char *id)
+{
+    return xasprintf("EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = %s AND pb.top >= %s"
+                     " AND pb.low <= %s AND %s = ANY(pb.ids))", k->pub, part, id, id, id);
+}
+
+/* "row `id` is parked for good". Caller frees. */
+static char *parked(const struct keep_names *k, const char *id)
+{
+    return xasprintf("EXISTS (SELECT 1 FROM %s k WHERE k.id = %s AND k.failed)", k->parked, id);
+}
+
+/* An upsert into the parked table of the rows `from` selects (a table and its WHERE, or a
+ * CTE): their id, partition and key with `values` (attempts, last_error, failed), or `set`
+ * on the entry already there. Caller frees. */
+static char *parked_upsert(const struct keep_names *k, const char *values, const char *from, const char *set)
+{
+    return xasprintf("INSERT INTO %s AS k (id, lease_partition, aggregate_id, attempts, last_error, failed)"
+                     " SELECT id, lease_partition, aggregate_id, %s FROM %s ON CONFLICT (id) DO UPDATE SET %s",
+                     k->parked, values, from, set);
+}
+
+/* What a mark, a park and a failed attempt write. */
+static void keep_sql_rows(struct outbox_sql *sql, const struct keep_names *k)
+{
     free(sql->mark);
     /* $1 ids, $2 relay, $3 highest id claimed, $4 their partitions, $5 lease key. Parked rows
      * that were requeued leave the parked table when they are published again. */
@@ -42,11 +69,40 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         " ins AS (INSERT INTO %s (lease_partition, low, top, ids)"
         "  SELECT p, min(id), max(id), array_agg(id ORDER BY id) FROM mine GROUP BY p RETURNING 1),"
         " req AS (DELETE FROM %s k USING mine WHERE k.id = mine.id AND NOT k.failed RETURNING 1),"
-        " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high) VALUES ($2, $3::int8)"
-        "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
-        "   updated_at = clock_timestamp() WHERE s.claimed_high < excluded.claimed_high)"
-        " SELECT (SELECT count(*) FROM mine), (SELECT count(*) FROM a) - (SELECT count(*) FROM mine)",
-        pub, parked, schema_q, name);
+        OUTBOX_RELAY_STATE_CTE " SELECT (SELECT count(*) FROM mine), (SELECT count(*) FROM a) - (SELECT count(*) FROM mine)",
+        k->pub, k->parked, k->schema_q, k->name);
+    /* $1 id, $2 reason: parked for good */
+    free(sql->park);
+    char *from = xasprintf("%s WHERE id = $1::int8", k->table_q);
+    sql->park = parked_upsert(k, "1, $2, true", from,
+                              "attempts = k.attempts + 1, last_error = excluded.last_error, failed = true,"
+                              " at = clock_timestamp()");
+    free(from);
+    /* $1 ids, $2 reason: last_error only */
+    free(sql->note_failed);
+    from = xasprintf("%s WHERE id = ANY($1::int8[])", k->table_q);
+    sql->note_failed = parked_upsert(k, "0, $2, false", from, "last_error = excluded.last_error WHERE NOT k.failed");
+    free(from);
+    /* $1 id, $2 reason, $3 max attempts */
+    char *u = parked_upsert(k, "1, $2, 1 >= $3::int", "o",
+                            "attempts = k.attempts + 1, last_error = excluded.last_error,"
+                            " failed = k.attempts + 1 >= $3::int, at = clock_timestamp() WHERE NOT k.failed"
+                            " RETURNING failed, attempts");
+    free(sql->row_failed);
+    sql->row_failed = xasprintf(
+        "WITH o AS (SELECT id, lease_partition, aggregate_id, event_id, aggregate_type, event_type,"
+        "  created_at FROM %s WHERE id = $1::int8), u AS (%s)"
+        " SELECT CASE WHEN u.failed THEN 'FAILED' ELSE 'PENDING' END, u.attempts, o.event_id,"
+        "  o.aggregate_id, o.aggregate_type, o.event_type, " OUTBOX_CREATED_MS("o.created_at")
+        " FROM o, u",
+        k->table_q, u);
+    free(u);
+}
+
+/* The watermark: its advance and the check of what its proof rests on. */
+static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *k)
+{
+    char *rec = recorded(k, "cur.p", "o.id"), *park = parked(k, "o.id");
     /* $1 lease key, $2 the floors' proof, $3 relay. For every partition this session holds:
      * the first row above W that is neither published nor parked (or the proof) bounds W. */
     free(sql->keep_advance);
@@ -56,9 +112,7 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "  AND l.objid < %d),"
         " cur AS (SELECT parts.p, coalesce(wm.w, 0) AS w FROM parts LEFT JOIN %s wm ON wm.lease_partition = parts.p),"
         " nw AS (SELECT cur.p, cur.w, coalesce((SELECT o.id - 1 FROM %s o WHERE o.status = 'PENDING'"
-        "   AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8"
-        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = cur.p AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))"
-        "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)"
+        "   AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8 AND NOT %s AND NOT %s"
         "   ORDER BY o.id LIMIT 1), $2::int8) AS w_new FROM cur),"
         " up AS (INSERT INTO %s AS wm (lease_partition, w, relay)"
         "  SELECT p, w_new, $3 FROM nw WHERE w_new > w"
@@ -68,36 +122,26 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "  AND pb.top <= up.w RETURNING 1)"
         " SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM gone),"
         "  (SELECT count(*) FROM %s pb, parts WHERE pb.lease_partition = parts.p)",
-        OUTBOX_LEASE_PARTITIONS, wm, table_q, pub, parked, wm, pub, pub);
-    /* $1 id, $2 reason: parked for good */
-    free(sql->park);
-    sql->park = xasprintf(
-        "INSERT INTO %s AS k (id, lease_partition, aggregate_id, attempts, last_error, failed)"
-        " SELECT id, lease_partition, aggregate_id, 1, $2, true FROM %s WHERE id = $1::int8"
-        " ON CONFLICT (id) DO UPDATE SET attempts = k.attempts + 1, last_error = excluded.last_error,"
-        "  failed = true, at = clock_timestamp()",
-        parked, table_q);
-    /* $1 ids, $2 reason: last_error only */
-    free(sql->note_failed);
-    sql->note_failed = xasprintf(
-        "INSERT INTO %s AS k (id, lease_partition, aggregate_id, last_error)"
-        " SELECT id, lease_partition, aggregate_id, $2 FROM %s WHERE id = ANY($1::int8[])"
-        " ON CONFLICT (id) DO UPDATE SET last_error = excluded.last_error WHERE NOT k.failed",
-        parked, table_q);
-    /* $1 id, $2 reason, $3 max attempts */
-    free(sql->row_failed);
-    sql->row_failed = xasprintf(
-        "WITH o AS (SELECT id, lease_partition, aggregate_id, event_id, aggregate_type, event_type,"
-        "  created_at FROM %s WHERE id = $1::int8),"
-        " u AS (INSERT INTO %s AS k (id, lease_partition, aggregate_id, attempts, last_error, failed)"
-        "  SELECT id, lease_partition, aggregate_id, 1, $2, 1 >= $3::int FROM o"
-        "  ON CONFLICT (id) DO UPDATE SET attempts = k.attempts + 1, last_error = excluded.last_error,"
-        "   failed = k.attempts + 1 >= $3::int, at = clock_timestamp() WHERE NOT k.failed"
-        "  RETURNING failed, attempts)"
-        " SELECT CASE WHEN u.failed THEN 'FAILED' ELSE 'PENDING' END, u.attempts, o.event_id,"
-        "  o.aggregate_id, o.aggregate_type, o.event_type, " OUTBOX_CREATED_MS("o.created_at")
-        " FROM o, u",
-        table_q, parked);
+        OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub, k->pub);
+    free(rec);
+    free(park);
+    const char *t = k->table_q;
+    free(sql->keep_check);
+    sql->keep_check = xasprintf(
+        "SELECT a.attidentity::text, (SELECT seqcache FROM pg_sequence"
+        "  WHERE seqrelid = pg_get_serial_sequence('%s', 'id')::regclass),"
+        " CASE WHEN has_sequence_privilege(pg_get_serial_sequence('%s', 'id'), 'SELECT')"
+        "  THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence('%s', 'id')), 0) END,"
+        " (SELECT max(id) FROM %s), (SELECT max(w) FROM %s), pg_get_serial_sequence('%s', 'id')"
+        " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = 'id' AND NOT a.attisdropped",
+        t, t, t, t, k->wm, t, t);
+}
+
+/* The monitor's: the backlog, retention below W, the duplicates estimate. */
+static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
+{
+    char *rec = recorded(k, "lp.p", "o.id"), *park = parked(k, "o.id"),
+         *rec_any = recorded(k, "o.lease_partition", "o.id");
     /* the backlog: rows above W less those recorded as published (an index-only count, not a
      * lookup per row: an upper bound while parked rows lie above W), and the first row above
      * W of each partition that is neither recorded nor parked, for the oldest's age ($1 the
@@ -108,16 +152,15 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         "  FROM generate_series(0, %d) g),"
         " heads AS (SELECT x.id, x.created_at FROM lp CROSS JOIN LATERAL (SELECT o.id, o.created_at"
         "  FROM %s o WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w"
-        "   AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = lp.p AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))"
-        "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)"
-        "  ORDER BY o.id LIMIT 1) x)"
+        "   AND NOT %s AND NOT %s ORDER BY o.id LIMIT 1) x)"
         " SELECT greatest(0, (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT 1 FROM %s o"
         "   WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w LIMIT $1) x)"
         "  - (SELECT coalesce(sum(cardinality(ids)), 0) FROM %s)),"
         " (SELECT min(id) FROM heads), (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
         " (SELECT max(id) FROM %s), (SELECT count(*) FROM %s WHERE failed),"
         " pg_notification_queue_usage()",
-        wm, OUTBOX_LEASE_PARTITIONS - 1, table_q, pub, parked, table_q, pub, table_q, parked);
+        k->wm, OUTBOX_LEASE_PARTITIONS - 1, k->table_q, rec, park, k->table_q, k->pub, k->table_q,
+        k->parked);
     /* retention: rows at or below their partition's W, older than the retention, not parked */
     free(sql->purge);
     sql->purge = xasprintf(
@@ -128,25 +171,36 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
         " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM old) RETURNING 1)"
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w) - (SELECT count(*) FROM old)",
-        table_q, wm, parked, table_q);
+        k->table_q, k->wm, k->parked, k->table_q);
     /* rows a previous relay may have published: above W, at or below its claim mark */
     free(sql->duplicates);
     sql->duplicates = xasprintf(
         "SELECT count(*) FROM %s o WHERE o.status = 'PENDING'"
         " AND o.id > coalesce((SELECT w FROM %s WHERE lease_partition = o.lease_partition), 0)"
-        " AND o.id <= (SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\")"
-        " AND NOT EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = o.lease_partition AND pb.top >= o.id AND pb.low <= o.id AND o.id = ANY(pb.ids))",
-        table_q, wm, schema_q, name, pub);
-    /* what the proof rests on */
-    free(sql->keep_check);
-    sql->keep_check = xasprintf(
-        "SELECT a.attidentity::text, (SELECT seqcache FROM pg_sequence"
-        "  WHERE seqrelid = pg_get_serial_sequence('%s', 'id')::regclass),"
-        " CASE WHEN has_sequence_privilege(pg_get_serial_sequence('%s', 'id'), 'SELECT')"
-        "  THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence('%s', 'id')), 0) END,"
-        " (SELECT max(id) FROM %s), (SELECT max(w) FROM %s), pg_get_serial_sequence('%s', 'id')"
-        " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = 'id' AND NOT a.attisdropped",
-        table_q, table_q, table_q, table_q, wm, table_q, table_q);
+        " AND o.id <= (SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\") AND NOT %s",
+        k->table_q, k->wm, k->schema_q, k->name, rec_any);
+    free(rec);
+    free(park);
+    free(rec_any);
+}
+
+static void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name)
+{
+    snprintf(k->wm, sizeof(k->wm), "%s.\"%s_watermark\"", schema_q, name);
+    snprintf(k->pub, sizeof(k->pub), "%s.\"%s_published\"", schema_q, name);
+    snprintf(k->parked, sizeof(k->parked), "%s.\"%s_parked\"", schema_q, name);
+    k->schema_q = schema_q;
+    k->table_q = table_q;
+    k->name = name;
+}
+
+void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name)
+{
+    struct keep_names k;
+    keep_names_init(&k, schema_q, table_q, name);
+    keep_sql_rows(sql, &k);
+    keep_sql_watermark(sql, &k);
+    keep_sql_monitor(sql, &k);
 }
 
 /* The claim's parts in keep mode: where each partition starts (its floor, never below W),
@@ -156,20 +210,20 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
 void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
                              struct strbuf *requeued)
 {
+    struct keep_names k;
+    keep_names_init(&k, schema_q, "", name);
     strbuf_printf(from,
                   " FROM (SELECT lp0.part, greatest(lp0.floor, coalesce(wm.w, 0)) AS floor,"
-                  "  coalesce((SELECT max(top) FROM %s.\"%s_published\" pb WHERE pb.lease_partition = lp0.part), 0) AS pubtop,"
-                  "  EXISTS (SELECT 1 FROM %s.\"%s_parked\" k WHERE k.lease_partition = lp0.part) AS noted"
+                  "  coalesce((SELECT max(top) FROM %s pb WHERE pb.lease_partition = lp0.part), 0) AS pubtop,"
+                  "  EXISTS (SELECT 1 FROM %s k WHERE k.lease_partition = lp0.part) AS noted"
                   "  FROM unnest($4::int2[], $9::int8[]) AS lp0(part, floor)"
-                  "  LEFT JOIN %s.\"%s_watermark\" wm ON wm.lease_partition = lp0.part) AS lp",
-                  schema_q, name, schema_q, name, schema_q, name);
-    strbuf_printf(skip,
-                  "   AND (p.id > lp.pubtop OR NOT EXISTS (SELECT 1 FROM %s.\"%s_published\" pb"
-                  " WHERE pb.lease_partition = lp.part AND pb.top >= p.id AND pb.low <= p.id AND p.id = ANY(pb.ids)))"
-                  "   AND (NOT lp.noted OR NOT EXISTS (SELECT 1 FROM %s.\"%s_parked\" k"
-                  " WHERE k.id = p.id AND k.failed))",
-                  schema_q, name, schema_q, name);
-    strbuf_printf(requeued, "%s.\"%s_parked\" k", schema_q, name);
+                  "  LEFT JOIN %s wm ON wm.lease_partition = lp0.part) AS lp",
+                  k.pub, k.parked, k.wm);
+    char *rec = recorded(&k, "lp.part", "p.id"), *park = parked(&k, "p.id");
+    strbuf_printf(skip, "   AND (p.id > lp.pubtop OR NOT %s)   AND (NOT lp.noted OR NOT %s)", rec, park);
+    strbuf_printf(requeued, "%s k", k.parked);
+    free(rec);
+    free(park);
 }
 
 /* ---- the relay's side ------------------------------------------------------------- */

@@ -313,11 +313,7 @@ static void sql_rows(struct outbox_sql *sql, const struct config *cfg, const str
         strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
                            "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", n->t);
     strbuf_printf(&sb,
-                  " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
-                  "  VALUES ($2, $3::int8)"
-                  "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
-                  "   updated_at = clock_timestamp()"
-                  "  WHERE s.claimed_high < excluded.claimed_high)"
+                  OUTBOX_RELAY_STATE_CTE
                   " SELECT count(*) FROM m", n->schema_q, n->name);
     sql->mark = sb.buf;
 

@@ -53,6 +53,16 @@ struct outbox_sql {
 /* Expressions over a row's created_at that cannot throw, whatever an application wrote
  * (infinity, -infinity, dates before 1970): the Kafka timestamp in ms (the claim's time
  * when created_at is not a usable one), and the age of the oldest finite one. */
+/* The mark's record of the highest id this relay has claimed ($2 relay, $3 the id; the
+ * schema and the table's name fill its two %s), for the duplicates estimate after a crash:
+ * a CTE named s, in mark and delete modes' marks and keep mode's. */
+#define OUTBOX_RELAY_STATE_CTE                                                                     \
+    " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"                          \
+    "  VALUES ($2, $3::int8)"                                                                      \
+    "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"                    \
+    "   updated_at = clock_timestamp()"                                                            \
+    "  WHERE s.claimed_high < excluded.claimed_high)"
+
 #define OUTBOX_CREATED_MS(col) \
     "(CASE WHEN isfinite(" col ") AND " col " >= 'epoch' THEN (extract(epoch FROM " col        \
     ") * 1000)::int8 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::int8 END)"
