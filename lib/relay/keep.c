@@ -196,7 +196,7 @@ static void keep_names_init(struct keep_names *k, const char *schema_q, const ch
 
 void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name)
 {
-    struct keep_names k;
+    struct keep_names k = {0};
     keep_names_init(&k, schema_q, table_q, name);
     keep_sql_rows(sql, &k);
     keep_sql_watermark(sql, &k);
@@ -210,7 +210,7 @@ void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *t
 void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
                              struct strbuf *requeued)
 {
-    struct keep_names k;
+    struct keep_names k = {0};
     keep_names_init(&k, schema_q, "", name);
     strbuf_printf(from,
                   " FROM (SELECT lp0.part, greatest(lp0.floor, coalesce(wm.w, 0)) AS floor,"
