@@ -133,7 +133,8 @@ check "compose.yaml: every depends_on names a service" jq -e '
 # every image reference in the deployment files and the docs names it.
 version=$(sed -n "s/^  version : '\(.*\)',$/\1/p" "$src/meson.build")
 check "--version prints meson.build's version ($version)" grep -q "^outbox-relay $version " <("$relay_bin" --version)
-stale=$(grep -rnoE "outbox-relay:[0-9][0-9.]*" "$src/deploy" "$src/docs" "$src/README.md" | grep -v ":outbox-relay:$version\$" || true)
+stale=$(grep -rnoE "outbox-relay:[0-9][0-9.]*" "$src/deploy" "$src/docs" "$src/README.md" |
+    awk -F'outbox-relay:' -v v="$version" '$NF != v' || true) # compared as text: a dot is a dot
 if [ -z "$stale" ]; then ok "every image reference names version $version"; else not_ok "image references of another version" "$stale"; fi
 
 echo "1..$n"

@@ -132,8 +132,6 @@ static int load_env_var(const struct settings_spec *sp, void *cfg, const char *v
         }
     }
     const struct setting *s = find_env(sp, name);
-    char hook[64];
-    snprintf(hook, sizeof(hook), "%sTESTHOOK_", sp->prefix);
     if (s) {
         rc = apply(cfg, s, value, name, err, errlen);
         if (rc == 0 && s->offset == sp->dsn_offset) { /* read again at each reconnect */
@@ -152,7 +150,8 @@ static int load_env_var(const struct settings_spec *sp, void *cfg, const char *v
         }
     } else {
 #ifdef OUTBOX_TEST_HOOKS
-        if (strncmp(name, hook, strlen(hook)) != 0)
+        size_t p = strlen(sp->prefix); /* <PREFIX>TESTHOOK_*: test builds' fault points */
+        if (strncmp(name + p, "TESTHOOK_", 9) != 0)
 #endif
             log_warn("ignoring unknown environment variable %s", name);
     }
