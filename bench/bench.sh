@@ -57,9 +57,11 @@ http_port=$((RELAYTEST_KAFKA_PORT + 7))
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 "$PG_BIN/psql" -X -q "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres" -c "CREATE DATABASE bench"
 OUTBOX_PG_DSN=$dsn "$relay_bin" migrate >/dev/null 2>&1
+rows=outbox # where a row's status is read: in keep mode the relay's view of it
+[ "$on_sent" = keep ] && rows=outbox_kept
 psqlc "CREATE FUNCTION bench_wait_sent(row_id bigint) RETURNS void LANGUAGE plpgsql AS \$\$
-       BEGIN -- returns once the row is no longer pending (marked or deleted)
-         WHILE EXISTS (SELECT 1 FROM outbox WHERE id = row_id AND (status || '') = 'PENDING') LOOP
+       BEGIN -- returns once the row is no longer pending (marked, deleted, or past the watermark)
+         WHILE EXISTS (SELECT 1 FROM $rows WHERE id = row_id AND (status || '') = 'PENDING') LOOP
            PERFORM pg_sleep(0.001);
          END LOOP;
        END \$\$"

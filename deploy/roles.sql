@@ -19,6 +19,10 @@
 \set relay_state :table '_relay_state'
 \set lease_log :table '_lease_log'
 \set enqueue :table '_enqueue'
+\set watermark :table '_watermark'
+\set published :table '_published'
+\set parked :table '_parked'
+\set kept :table '_kept'
 
 \set relay_rows :table '_relay_rows'
 
@@ -35,6 +39,14 @@ GRANT SELECT, UPDATE, DELETE ON :"schema".:"relay_rows" TO :"relay";
 \else
 GRANT EXECUTE ON FUNCTION :"schema".:"enqueue" TO :"writer";
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay";
+-- OUTBOX_ON_SENT=keep (schema 7): the relay's watermark, published records and parked rows
+GRANT SELECT, INSERT, UPDATE ON :"schema".:"watermark" TO :"relay";
+GRANT SELECT, INSERT, DELETE ON :"schema".:"published" TO :"relay";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".:"parked" TO :"relay";
+GRANT SELECT ON :"schema".:"kept" TO :"relay";
+-- keep mode checks that the id's sequence was never rewound below its rows or a watermark
+SELECT pg_get_serial_sequence(format('%I.%I', :'schema', :'table'), 'id') AS id_seq \gset
+GRANT SELECT ON SEQUENCE :id_seq TO :"relay";
 \endif
 GRANT SELECT, UPDATE ON :"schema".:"doorbell" TO :"relay";
 GRANT UPDATE ON SEQUENCE :"schema".:"bell" TO :"relay";

@@ -111,7 +111,7 @@ static int migrate(const struct config *cfg)
         return OUTBOX_EXIT_FAILED;
     }
     log_info("migrate: %s is at schema version %d (%d migration%s applied)", cfg->table,
-             schema_version(), applied, applied == 1 ? "" : "s");
+             schema_layout_version(cfg->debezium), applied, applied == 1 ? "" : "s");
     return OUTBOX_EXIT_OK;
 }
 

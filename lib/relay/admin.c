@@ -73,7 +73,7 @@ int admin_status(PGconn *conn, const struct config *cfg, const struct command *c
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
     free(t); /* rows are read and written through the layout's relation */
-    t = schema_rows_relation(cfg->table, cfg->debezium);
+    t = schema_read_relation(cfg->table, cfg->debezium, cfg->keep);
     struct strbuf q;
     strbuf_init(&q);
     PGresult *summary = NULL, *parked = NULL, *topics = NULL, *relays = NULL;
@@ -185,10 +185,13 @@ int admin_requeue(PGconn *conn, const struct config *cfg, const struct command *
                                       " AND NOT attisdropped", 1, dparams, err, errlen);
     int counted = has && strcmp(PQgetvalue(has, 0, 0), "1") == 0;
     PQclear(has);
-    strbuf_printf(&q,
-                  "WITH r AS (UPDATE %s SET status = 'PENDING', attempts = 0 WHERE status = 'FAILED'"
-                  " AND %s RETURNING id)",
-                  t, cmd->id ? "id = $1::int8" : cmd->key ? "aggregate_id = $1" : "true");
+    const char *which = cmd->id ? "id = $1::int8" : cmd->key ? "aggregate_id = $1" : "true";
+    if (cfg->keep) /* the parked table: the requeued row goes again, below the watermark */
+        strbuf_printf(&q, "WITH r AS (UPDATE %s.\"%s_parked\" SET failed = false, attempts = 0"
+                          " WHERE failed AND %s RETURNING id)", schema_q, name, which);
+    else
+        strbuf_printf(&q, "WITH r AS (UPDATE %s SET status = 'PENDING', attempts = 0 WHERE status = 'FAILED'"
+                          " AND %s RETURNING id)", t, which);
     if (counted)
         strbuf_printf(&q, ", c AS (UPDATE %s SET requeued = requeued + 1 WHERE EXISTS (SELECT FROM r))",
                       doorbell.buf);

@@ -448,7 +448,7 @@ int audit_run(PGconn *conn, const struct config *cfg, const struct command *cmd,
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
     free(table_q); /* rows are read through the layout's relation */
-    table_q = schema_rows_relation(cfg->table, cfg->debezium);
+    table_q = schema_read_relation(cfg->table, cfg->debezium, cfg->keep);
     const char *window[2] = {cmd->since, cmd->until};
     char start[64] = "";
     int64_t start_ms = 0, since_ms = 0;

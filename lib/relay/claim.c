@@ -391,7 +391,8 @@ void floor_probe_send(struct relay *r)
 
 static void mark_ok(struct relay *r, PGresult *res)
 {
-    (void)res;
+    if (r->cfg->keep)
+        keep_mark_result(r, res);
     size_t n = window_remove_state(&r->win, ROW_MARKING);
     r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);
@@ -416,15 +417,20 @@ void mark_send(struct relay *r)
         kill(getpid(), SIGKILL);
     }
 #endif
-    struct strbuf ids;
+    struct strbuf ids, parts;
     strbuf_init(&ids);
+    strbuf_init(&parts);
     window_take(&r->win, ROW_ACKED, ROW_MARKING, MARK_MAX_IDS, &ids);
-    char high[24];
+    if (r->cfg->keep) /* their lease partitions, in the same order */
+        window_parts_literal(&r->win, ROW_MASK(ROW_MARKING), &parts);
+    char high[24], key[16];
     snprintf(high, sizeof(high), "%lld", (long long)window_high_id(&r->win));
-    const char *params[3] = {ids.buf, r->cfg->relay_name, high};
-    if (worker_send(r, &mark_stmt, r->sql.mark, 3, params) != 0)
+    snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+    const char *params[5] = {ids.buf, r->cfg->relay_name, high, parts.buf, key};
+    if (worker_send(r, &mark_stmt, r->sql.mark, r->cfg->keep ? 5 : 3, params) != 0)
         window_move(&r->win, ROW_MARKING, ROW_ACKED);
     strbuf_destroy(&ids);
+    strbuf_destroy(&parts);
 }
 
 /* ---- doorbell ------------------------------------------------------------------ */

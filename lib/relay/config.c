@@ -57,7 +57,9 @@ static const struct setting settings[] = {
     {"OUTBOX_ON_SENT", "on-sent", SETTING_STRING, OFF(on_sent), "", 0, 0, config_check_on_sent,
      "mark: an acknowledged row becomes SENT (kept for OUTBOX_RETENTION; replay and audit use "
      "it); delete: it is deleted at once, for the least WAL and no history (replay, audit and "
-     "purge refuse). Unset: delete in the debezium layout, else mark"},
+     "purge refuse); keep: the row is never written again, progress is a watermark per lease "
+     "partition (native layout, schema 7; retention deletes below it). Unset: delete in the "
+     "debezium layout, else mark"},
     {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, config_check_layout,
      "native: the relay's own table; debezium: Debezium's outbox table (id uuid, aggregatetype, "
      "aggregateid, type, payload), which `migrate` extends without touching its columns, and "
@@ -228,6 +230,9 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
     if (cfg->additional_placement[0] && !cfg->debezium)
         return set_err(err, errlen, "OUTBOX_ADDITIONAL_PLACEMENT: applies to OUTBOX_LAYOUT=debezium "
                        "only (in the native layout a row's headers column holds its headers)");
+    if (cfg->keep && cfg->debezium)
+        return set_err(err, errlen, "OUTBOX_ON_SENT=keep: the native layout's only (Debezium's outbox "
+                       "table has no lease partitions by id to keep a watermark on); use mark or delete");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -243,6 +248,7 @@ static void derive(struct config *cfg)
         free(cfg->on_sent);
         cfg->on_sent = xstrdup(cfg->debezium ? "delete" : "mark");
     }
+    cfg->keep = strcmp(cfg->on_sent, "keep") == 0;
     settings_parse_duration(cfg->retention, &cfg->retention_seconds);
     if (cfg->relay_name[0] == '\0') {
         char host[256] = "";

@@ -29,6 +29,7 @@ struct config {
     char *payload_type; /* migrate: the payload column's type for a new table ("" = jsonb) */
     char *on_sent;     /* "mark" (status SENT) or "delete" (the row is deleted once acknowledged);
                         * unset: delete in the Debezium layout, else mark */
+    int keep;          /* on_sent is "keep": progress is a watermark, rows are never written */
     char *layout;      /* "native" (the relay's own table) or "debezium" (Debezium's outbox table) */
     int debezium;      /* layout is "debezium" */
     char *additional_placement; /* debezium: "column:header[:name],..." extra columns as headers */

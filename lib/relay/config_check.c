@@ -127,8 +127,8 @@ int config_check_policy(const char *v, char *err, size_t errlen)
 
 int config_check_on_sent(const char *v, char *err, size_t errlen)
 {
-    if (v[0] && strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0)
-        return set_err(err, errlen, "expected mark or delete, got '%s'", v);
+    if (v[0] && strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0 && strcmp(v, "keep") != 0)
+        return set_err(err, errlen, "expected mark, delete or keep, got '%s'", v);
     return 0;
 }
 

@@ -143,7 +143,8 @@ static char *placement_columns(const struct config *cfg)
  * (a quarter less claim time than computing them per candidate row). The last column is
  * the doorbell's count of requeues (schema 5; 0 before), read in the claim's snapshot. */
 static char *claim_sql(const char *t, const char *doorbell, const char *parked,
-                       const char *topic_expr, const char *headers_expr, int bytea, int requeue_count)
+                       const char *topic_expr, const char *headers_expr, int bytea, int requeue_count,
+                       const struct keep_claim *keep)
 {
     struct strbuf count;
     strbuf_init(&count);
@@ -151,20 +152,43 @@ static char *claim_sql(const char *t, const char *doorbell, const char *parked,
         strbuf_printf(&count, "(SELECT requeued FROM %s)", doorbell);
     else
         strbuf_puts(&count, "0::int8");
+    /* the rows every partition may give: not in flight, no parked key's (policy block), no
+     * paused topic's, no held key's */
+    struct strbuf conds, rows;
+    strbuf_init(&conds);
+    strbuf_printf(&conds,
+                  "   AND p.id <> ALL($1::int8[])%s"
+                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
+                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))",
+                  parked, topic_expr);
+    strbuf_init(&rows);
+    if (!keep) {
+        strbuf_printf(&rows, " FROM unnest($4::int2[], $9::int8[]) AS lp(part, floor)"
+                             " CROSS JOIN LATERAL ("
+                             "  SELECT * FROM %s p"
+                             "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id > lp.floor"
+                             "%s"
+                             "  ORDER BY p.id LIMIT $5) o",
+                      t, conds.buf);
+    } else {
+        /* above the start, what is neither published nor parked; at or below it, requeued rows */
+        strbuf_printf(&rows, "%s CROSS JOIN LATERAL (SELECT * FROM ("
+                             "  (SELECT p.* FROM %s p"
+                             "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id > lp.floor%s%s"
+                             "  ORDER BY p.id LIMIT $5)"
+                             "  UNION ALL (SELECT p.* FROM %s JOIN %s p ON p.id = k.id WHERE lp.noted"
+                             "   AND k.lease_partition = lp.part AND NOT k.failed"
+                             "   AND p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id <= lp.floor%s"
+                             "   ORDER BY p.id LIMIT $5)) p ORDER BY p.id LIMIT $5) o",
+                      keep->from, t, conds.buf, keep->skip, keep->requeued, t, conds.buf);
+    }
     struct strbuf sb;
     strbuf_init(&sb);
     strbuf_printf(&sb,
                   "WITH c AS ("
                   " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
-                  "  o.topic, o.payload, %s AS headers, o.created_at, o.attempts, o.lease_partition"
-                  " FROM unnest($4::int2[], $9::int8[]) AS lp(part, floor)"
-                  " CROSS JOIN LATERAL ("
-                  "  SELECT * FROM %s p"
-                  "  WHERE p.status = 'PENDING' AND p.lease_partition = lp.part AND p.id > lp.floor"
-                  "   AND p.id <> ALL($1::int8[])%s"
-                  "   AND (cardinality($3::text[]) = 0 OR %s <> ALL($3::text[]))"
-                  "   AND (cardinality($8::text[]) = 0 OR p.aggregate_id <> ALL($8::text[]))"
-                  "  ORDER BY p.id LIMIT $5) o"
+                  "  o.topic, o.payload, %s AS headers, o.created_at, %s, o.lease_partition"
+                  "%s"
                   " ORDER BY o.id LIMIT $2),"
                   /* sizes, the budget and the conversions only for the rows kept */
                   " s AS (SELECT c.*, coalesce(CASE WHEN pg_column_compression(c.payload) IS NULL"
@@ -175,9 +199,12 @@ static char *claim_sql(const char *t, const char *doorbell, const char *parked,
                   "  CASE WHEN sz > $7::int8 THEN NULL ELSE %s END, headers::text,"
                   "  " OUTBOX_CREATED_MS("created_at") ", attempts, lease_partition, sz, %s"
                   " FROM w WHERE upto - sz < $6::int8 ORDER BY id",
-                  headers_expr, t, parked, topic_expr, bytea ? "c.payload" : "c.payload::text",
+                  headers_expr, keep ? keep->attempts : "o.attempts", rows.buf,
+                  bytea ? "c.payload" : "c.payload::text",
                   bytea ? "encode(payload, 'hex')" : "payload::text", count.buf);
     strbuf_destroy(&count);
+    strbuf_destroy(&conds);
+    strbuf_destroy(&rows);
     return sb.buf;
 }
 
@@ -191,13 +218,33 @@ void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int byte
     strbuf_init(&doorbell);
     strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
     strbuf_init(&parked);
-    if (strcmp(cfg->poison_policy, "skip") != 0)
+    if (strcmp(cfg->poison_policy, "skip") != 0 && cfg->keep)
+        strbuf_printf(&parked,
+                      "   AND NOT EXISTS (SELECT 1 FROM %s.\"%s_parked\" f"
+                      " WHERE f.failed AND f.aggregate_id = p.aggregate_id)", schema_q, name);
+    else if (strcmp(cfg->poison_policy, "skip") != 0)
         strbuf_printf(&parked,
                       "   AND NOT EXISTS (SELECT 1 FROM %s f"
                       " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+    struct strbuf from, skip, requeued, attempts;
+    strbuf_init(&from);
+    strbuf_init(&skip);
+    strbuf_init(&requeued);
+    strbuf_init(&attempts);
+    struct keep_claim keep = {0};
+    if (cfg->keep) {
+        outbox_keep_claim_parts(schema_q, name, &from, &skip, &requeued);
+        strbuf_printf(&attempts, "CASE WHEN lp.noted THEN coalesce((SELECT k.attempts FROM %s.\"%s_parked\" k"
+                                 " WHERE k.id = o.id), o.attempts) ELSE o.attempts END AS attempts", schema_q, name);
+        keep = (struct keep_claim){from.buf, skip.buf, requeued.buf, attempts.buf};
+    }
     free(sql->claim);
     sql->claim = claim_sql(t, doorbell.buf, parked.buf, sql->topic_expr, headers_expr, bytea,
-                           requeue_count);
+                           requeue_count, cfg->keep ? &keep : NULL);
+    strbuf_destroy(&from);
+    strbuf_destroy(&skip);
+    strbuf_destroy(&requeued);
+    strbuf_destroy(&attempts);
     strbuf_destroy(&doorbell);
     strbuf_destroy(&parked);
     free(headers_expr);
@@ -266,11 +313,7 @@ static void sql_rows(struct outbox_sql *sql, const struct config *cfg, const str
         strbuf_printf(&sb, "WITH m AS (UPDATE %s SET status = 'SENT', sent_at = clock_timestamp()"
                            "  WHERE id = ANY($1::int8[]) AND " BY_ID_PENDING " RETURNING 1),", n->t);
     strbuf_printf(&sb,
-                  " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"
-                  "  VALUES ($2, $3::int8)"
-                  "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"
-                  "   updated_at = clock_timestamp()"
-                  "  WHERE s.claimed_high < excluded.claimed_high)"
+                  OUTBOX_RELAY_STATE_CTE
                   " SELECT count(*) FROM m", n->schema_q, n->name);
     sql->mark = sb.buf;
 
@@ -485,6 +528,8 @@ void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg)
     sql_monitor(sql, cfg, &n);
     sql_leases(sql, cfg, &n);
     sql_sessions(sql, cfg, &n);
+    if (cfg->keep)
+        outbox_sql_keep(sql, n.schema_q, n.table_q, n.name);
     free(n.schema_q);
     free(n.table_q);
     free(n.t);
@@ -512,7 +557,7 @@ void outbox_sql_destroy(struct outbox_sql *sql)
                     &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
-                    &sql->placement_types};
+                    &sql->placement_types, &sql->keep_advance, &sql->keep_check};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

@@ -18,7 +18,12 @@ struct outbox_sql {
                             partition's floor (aligned with $4): outbox_sql_claim */
     char *floor_probe;   /* $1 transactions (virtual ids) seen writing at the last probe: those
                             writing the table now, and how many of $1 still are (floor.c) */
-    char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far */
+    char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far; in keep mode
+                            also $4 their lease partitions, $5 the lease key (keep.c) */
+    char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name */
+    char *keep_check;    /* keep mode: the id's identity kind, its sequence's cache and last
+                            value (0 before the first id, NULL when this role may not read it),
+                            max(id), max(W), the sequence's name */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
     char *row_failed;    /* $1 id, $2 reason, $3 max attempts: attempts+1, parks at the limit */
@@ -48,6 +53,16 @@ struct outbox_sql {
 /* Expressions over a row's created_at that cannot throw, whatever an application wrote
  * (infinity, -infinity, dates before 1970): the Kafka timestamp in ms (the claim's time
  * when created_at is not a usable one), and the age of the oldest finite one. */
+/* The mark's record of the highest id this relay has claimed ($2 relay, $3 the id; the
+ * schema and the table's name fill its two %s), for the duplicates estimate after a crash:
+ * a CTE named s, in mark and delete modes' marks and keep mode's. */
+#define OUTBOX_RELAY_STATE_CTE                                                                     \
+    " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"                          \
+    "  VALUES ($2, $3::int8)"                                                                      \
+    "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"                    \
+    "   updated_at = clock_timestamp()"                                                            \
+    "  WHERE s.claimed_high < excluded.claimed_high)"
+
 #define OUTBOX_CREATED_MS(col) \
     "(CASE WHEN isfinite(" col ") AND " col " >= 'epoch' THEN (extract(epoch FROM " col        \
     ") * 1000)::int8 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::int8 END)"
@@ -81,6 +96,21 @@ enum lease_acquire_col {
 };
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
+
+/* keep.c: keep mode's statements (they replace mark, park, note_failed, row_failed, stats,
+ * purge and duplicates) and its parts of the claim. */
+struct keep_claim {
+    const char *from, *skip, *requeued, *attempts;
+};
+enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
+enum keep_advance_col { KEEP_ADVANCE_MOVED, KEEP_ADVANCE_DROPPED, KEEP_ADVANCE_RECORDS };
+enum keep_check_col {
+    KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
+    KEEP_CHECK_SEQUENCE
+};
+void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name);
+void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
+                             struct strbuf *requeued);
 
 /* A row's headers as SQL (json or jsonb) over the rows relation aliased alias: its headers
  * column, or in the Debezium layout the OUTBOX_ADDITIONAL_PLACEMENT columns (validated plain

@@ -61,6 +61,10 @@ static void kick(struct relay *r)
     } else if (r->win.n_state[ROW_FAILED] && r->mode == MODE_RESETTING &&
                !r->win.n_state[ROW_PRODUCED]) {
         reset_send_note_failed(r);
+    } else if (keep_check_due(r)) {
+        keep_check_send(r);
+    } else if (keep_advance_due(r)) {
+        keep_advance_send(r);
     } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
         doorbell_send_arm(r);
     } else if (floor_probe_due(r)) {

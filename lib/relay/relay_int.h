@@ -97,6 +97,17 @@ struct poison_state {
     size_t n_updates;
 };
 
+/* keep.c: OUTBOX_ON_SENT=keep's watermark. */
+struct keep_state {
+    int checked;            /* the proof's check passed once (start-up) */
+    int blocked;            /* the last check failed: the watermark stops */
+    char why[512];
+    int dirty;              /* rows were recorded (or the proof moved) since the last advance */
+    int64_t proof_sent;     /* the proof the last advance was sent with */
+    int64_t advance_due_ms; /* monotonic */
+    int64_t check_due_ms;
+};
+
 /* lease.c */
 struct lease_event {
     int partition;
@@ -161,6 +172,7 @@ struct relay {
     struct kshare kshare; /* Kafka partitions' shares of the window */
     struct lease_set lease;
     struct report_state report;
+    struct keep_state keep;
 
     const struct worker_stmt *stmt; /* the worker statement in flight, or NULL */
     int64_t stmt_sent_ms;           /* monotonic */
@@ -198,6 +210,13 @@ int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql
                 const char *const *params);
 int worker_busy(const struct relay *r);
 void worker_send_version(struct relay *r);
+
+/* keep.c */
+int keep_check_due(const struct relay *r);
+void keep_check_send(struct relay *r);
+int keep_advance_due(const struct relay *r);
+void keep_advance_send(struct relay *r);
+void keep_mark_result(struct relay *r, const PGresult *res);
 
 /* claim.c */
 int claim_quota(int limit, int nparts);

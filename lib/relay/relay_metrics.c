@@ -66,6 +66,12 @@ static const struct counter_def {
      offsetof(struct metrics, lease_takeovers_total)},
     {"outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
      offsetof(struct metrics, lease_lost_total)},
+    {"outbox_watermark_advances_total", "OUTBOX_ON_SENT=keep: lease partitions' watermarks moved up.",
+     offsetof(struct metrics, keep_advances_total)},
+    {"outbox_watermark_refused_total",
+     "OUTBOX_ON_SENT=keep: acknowledged rows a mark could not record because this session no "
+     "longer held their lease partition (fencing; their new holder publishes them again).",
+     offsetof(struct metrics, keep_refused_total)},
 };
 
 /* The backlog's state: gauges, the stall reason, paused topics. */
@@ -138,6 +144,13 @@ static void render_holders(const struct metrics *m, struct strbuf *o)
 
 static void render_leases(const struct metrics *m, struct strbuf *o)
 {
+    metrics_gauge(o, "outbox_watermark_blocked",
+                  "OUTBOX_ON_SENT=keep: 1 while the watermark's proof fails its check (see the log).",
+                  m->keep_blocked);
+    metrics_gauge(o, "outbox_published_records",
+                  "OUTBOX_ON_SENT=keep: records of rows published above the watermarks of the "
+                  "partitions this relay holds (they wait for a row below them).",
+                  (double)m->keep_published_records);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",

@@ -34,6 +34,10 @@ struct metrics {
     uint64_t share_held_back_total; /* rows left PENDING: their Kafka partition held its share */
     uint64_t lease_takeovers_total;
     uint64_t lease_lost_total;
+    uint64_t keep_advances_total;   /* keep mode: watermarks moved */
+    uint64_t keep_refused_total;    /* keep mode: acknowledged rows a mark could not record (lease gone) */
+    int64_t keep_published_records; /* keep mode: published records above the watermarks (held partitions) */
+    int keep_blocked;               /* keep mode: the watermark's proof failed its check */
     int64_t lease_partitions_held;
     int64_t lease_partitions_unowned; /* held by no relay of the table, at the last scan */
     const char *table;                /* the outbox table (borrowed), a label of table-wide gauges */

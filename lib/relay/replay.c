@@ -223,7 +223,7 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     char *schema_q, *t, *name;
     schema_names(cfg->table, &schema_q, &t, &name);
     free(t); /* rows are read and written through the layout's relation */
-    t = schema_rows_relation(cfg->table, cfg->debezium);
+    t = schema_read_relation(cfg->table, cfg->debezium, cfg->keep);
     const char *filter = cmd->id ? "id = $1::int8"
                          : cmd->key ? "aggregate_id = $1"
                                             : "created_at >= $1::timestamptz AND ($2::timestamptz IS NULL "

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "relay/outbox.h"
 #include "relay/pgconn.h"
 #include "core/util.h"
 
@@ -16,10 +17,28 @@
 
 int schema_version(void)
 {
+    return schema_layout_version(0);
+}
+
+int schema_layout_version(int debezium)
+{
     int v = 0;
     for (int i = 0; i < schema_file_count; i++)
-        if (schema_files[i].version > v)
+        if (schema_files[i].layouts & (debezium ? SCHEMA_DEBEZIUM : SCHEMA_NATIVE) && schema_files[i].version > v)
             v = schema_files[i].version;
+    return v;
+}
+
+char *schema_read_relation(const char *table, int debezium, int keep)
+{
+    if (!keep)
+        return schema_rows_relation(table, debezium);
+    char *schema_q, *table_q, *name;
+    schema_names(table, &schema_q, &table_q, &name);
+    char *v = xasprintf("%s.\"%s_kept\"", schema_q, name);
+    free(schema_q);
+    free(table_q);
+    free(name);
     return v;
 }
 
@@ -113,7 +132,7 @@ char *schema_version_query(const char *table)
     return sb.buf;
 }
 
-enum schema_check schema_check_result(const PGresult *res, const char *table, int *have_out,
+enum schema_check schema_check_result(const PGresult *res, const char *table, int debezium, int *have_out,
                                       char *err, size_t errlen)
 {
     if (!pgconn_result_ok(res)) {
@@ -134,7 +153,11 @@ enum schema_check schema_check_result(const PGresult *res, const char *table, in
                 "it the table's owner), or disable row-level security on the outbox table", table);
         return SCHEMA_UNUSABLE;
     }
-    int n = schema_version();
+    /* the version the table's own layout reaches (a table in the other layout is refused
+     * by the layout check, with a message that says so) */
+    if (PQnfields(res) > START_CHECK_DEBEZIUM_LAYOUT && !PQgetisnull(res, 0, START_CHECK_DEBEZIUM_LAYOUT))
+        debezium = strcmp(PQgetvalue(res, 0, START_CHECK_DEBEZIUM_LAYOUT), "t") == 0;
+    int n = schema_layout_version(debezium);
     if (have == n || (have == n - 1 && have >= 1))
         return SCHEMA_OK;
     set_err(err, errlen, "table %s is at schema version %d but this relay runs on versions %d "

@@ -20,8 +20,11 @@ struct schema_file {
 extern const struct schema_file schema_files[];
 extern const int schema_file_count;
 
-/* The version this build expects (the highest migration it carries). */
+/* The version this build expects of a native table (the highest migration it carries), and
+ * of a table in either layout (the Debezium layout's stops at 6: later migrations are the
+ * native layout's). */
 int schema_version(void);
+int schema_layout_version(int debezium);
 
 /* A migration's SQL with its placeholders filled in for the table: @SCHEMA@ and @TABLE@ (quoted),
  * @NAME@ (the bare name), @PAYLOAD_TYPE@. Pure; caller frees. */
@@ -40,6 +43,10 @@ int schema_migrate(PGconn *conn, const char *table, const char *payload_type, in
 /* The relation the relay reads and writes rows through: the table itself, or in the
  * Debezium layout the view "<name>_relay_rows" that gives its columns the native names.
  * Quoted, with its schema; caller frees. */
+/* The relation the commands read rows' status from: schema_rows_relation's, or in keep
+ * mode the view <table>_kept (schema 7), whose status, attempts, last_error and sent_at come
+ * from the watermark, the published records and the parked table. Caller frees. */
+char *schema_read_relation(const char *table, int debezium, int keep);
 char *schema_rows_relation(const char *table, int debezium);
 
 /* Blocking: the type of the table's payload column (format_type: "jsonb", "bytea", ...),
@@ -57,7 +64,7 @@ char *schema_version_query(const char *table);
  * SCHEMA_OK (*have: the version found); SCHEMA_UNUSABLE (no schema, a version outside
  * those two, or row-level security hiding rows: the relay must stop, err says what to do); SCHEMA_RETRY (any other failure). */
 enum schema_check { SCHEMA_OK, SCHEMA_UNUSABLE, SCHEMA_RETRY };
-enum schema_check schema_check_result(const PGresult *res, const char *table, int *have,
+enum schema_check schema_check_result(const PGresult *res, const char *table, int debezium, int *have,
                                       char *err, size_t errlen);
 
 #endif

@@ -136,3 +136,16 @@ int64_t window_high_id(const struct window *w)
 {
     return w->n ? w->rows[w->n - 1].id : 0;
 }
+
+size_t window_parts_literal(const struct window *w, unsigned states, struct strbuf *out)
+{
+    size_t n = 0;
+    pgarray_open(out);
+    for (size_t i = 0; i < w->n; i++)
+        if (states & ROW_MASK(w->rows[i].state)) {
+            pgarray_int(out, w->rows[i].partition);
+            n++;
+        }
+    pgarray_close(out);
+    return n;
+}

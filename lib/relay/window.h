@@ -60,6 +60,9 @@ size_t window_count(const struct window *w, unsigned states);
 /* Appends the ids of rows in the given states (mask; ~0u for all) as a bigint[] literal,
  * at most max ids (0: no limit); returns how many. */
 size_t window_ids_literal(const struct window *w, unsigned states, size_t max, struct strbuf *out);
+/* The lease partitions of the rows in any of the given states, in the window's (id) order,
+ * as a smallint[] literal (aligned with window_ids_literal's). */
+size_t window_parts_literal(const struct window *w, unsigned states, struct strbuf *out);
 /* Rows per lease partition (counts has nparts entries, zeroed first). */
 void window_per_partition(const struct window *w, int *counts, int nparts);
 /* The highest id in the window, 0 if empty. */

@@ -100,7 +100,7 @@ static void version_result(struct relay *r, PGresult *res)
 {
     char err[512];
     int have = 0;
-    switch (schema_check_result(res, r->cfg->table, &have, err, sizeof(err))) {
+    switch (schema_check_result(res, r->cfg->table, r->cfg->debezium, &have, err, sizeof(err))) {
     case SCHEMA_OK: {
         int dbz_table = PQnfields(res) > START_CHECK_MISSING_COLUMNS &&
                         strcmp(PQgetvalue(res, 0, START_CHECK_DEBEZIUM_LAYOUT), "t") == 0;
@@ -127,6 +127,12 @@ static void version_result(struct relay *r, PGresult *res)
             .ce_source = r->cfg->ce_source,
             .ce_content_type = r->cfg->ce_content_type[0] ? r->cfg->ce_content_type
                                                           : message_content_type(ptype)};
+        if (r->cfg->keep && have < 7) {
+            log_error("schema: OUTBOX_ON_SENT=keep needs schema version 7 (its watermark tables); "
+                      "%s is at %d: run `outbox-relay migrate`", r->cfg->table, have);
+            relay_finish(r, OUTBOX_EXIT_FAILED);
+            break;
+        }
         /* the requeue count (schema 5) makes claims above the floors safe */
         r->claim.floors_on = have >= 5;
         free(r->sql.placement_types);
@@ -136,7 +142,7 @@ static void version_result(struct relay *r, PGresult *res)
         outbox_sql_arm(&r->sql, r->cfg, have >= 6); /* the bell sequence (schema 6) */
         if (!r->schema_logged)
             log_info("schema: %s at version %d%s; payload %s", r->cfg->table, have,
-                     have < schema_version() ? " (the previous one: this relay runs on it; "
+                     have < schema_layout_version(r->cfg->debezium) ? " (the previous one: this relay runs on it; "
                                                "`outbox-relay migrate` brings it up to date)" : "",
                      ptype);
         r->schema_logged = 1;

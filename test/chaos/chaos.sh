@@ -57,6 +57,8 @@ psqlc "CREATE TABLE written (id bigint PRIMARY KEY, event_id uuid NOT NULL, aggr
     psqlc "CREATE TRIGGER b_record AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION record_written()"
 rows=outbox
 [ "$on_sent" = delete ] && rows=written
+view=outbox # where a row's status is read: in keep mode the relay's view of it
+[ "$on_sent" = keep ] && view=outbox_kept
 # Writer rule: lock the aggregate, insert. 1% commit 0.3 s late; 0.5% stall in a BEFORE
 # trigger after drawing their id.
 cat >"$work/writer.sql" <<SQL
@@ -89,7 +91,7 @@ writers() {
 
 bad_exits=0
 sent_count() { # rows acknowledged: SENT, or (delete mode) written and gone
-    psqlc "SELECT (SELECT count(*) FROM $rows) - (SELECT count(*) FROM outbox WHERE status <> 'SENT')" 2>/dev/null || echo -1
+    psqlc "SELECT (SELECT count(*) FROM $rows) - (SELECT count(*) FROM $view WHERE status <> 'SENT')" 2>/dev/null || echo -1
 }
 # start_tracked: start_relay, remembering how much was SENT when it started
 start_tracked() { started_sent=$(sent_count); start_relay; }
@@ -113,7 +115,7 @@ wait_published() {
         [ "$n" -gt "$started_sent" ] && return 0
         sleep 0.2
     done
-    [ "$(psqlc "SELECT count(*) FROM outbox WHERE status = 'PENDING'")" = 0 ] && return 2
+    [ "$(psqlc "SELECT count(*) FROM $view WHERE status = 'PENDING'")" = 0 ] && return 2
     return 1
 }
 
@@ -193,7 +195,7 @@ if ! kill -0 "$relay_pid" 2>/dev/null; then
 fi
 deadline=$((SECONDS + 600))
 # (a relay that dies while draining ends the wait: a failure, not ten minutes of waiting)
-until [ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ] ||
+until [ "$(psqlc "SELECT count(*) FROM $view WHERE status <> 'SENT'")" = 0 ] || [ $SECONDS -ge $deadline ] ||
       ! kill -0 "$relay_pid" 2>/dev/null; do sleep 1; done
 if kill -0 "$relay_pid" 2>/dev/null; then
     kill -TERM "$relay_pid" 2>/dev/null || true
@@ -205,7 +207,7 @@ fi
 
 committed=$(psqlc "SELECT count(*) FROM $rows")
 sent=$(sent_count)
-left=$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'SENT'")
+left=$(psqlc "SELECT count(*) FROM $view WHERE status <> 'SENT'")
 "$PG_BIN/psql" -X -At -F $'\t' "$dsn" -c "SELECT id, event_id, aggregate_id FROM $rows ORDER BY id" >"$work/expected.tsv"
 rc=0
 "$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \

@@ -113,7 +113,8 @@ db_fixtures() {
 }
 
 # OUTBOX_ON_SENT of the relays start_relay starts: RELAYTEST_ON_SENT=delete runs a test in
-# delete mode, where acknowledged rows are deleted. Tests read rows through the view
+# delete mode, where acknowledged rows are deleted; RELAYTEST_ON_SENT=keep in keep mode, where
+# no row is written again and outbox_all is the relay's view outbox_kept. Tests read rows through the view
 # outbox_all: the table itself, and in delete mode also the rows deleted since (a trigger
 # keeps them in outbox_gone), shown as SENT at the time of their deletion — so check,
 # count_status and a test's own queries mean the same in both modes.
@@ -165,6 +166,8 @@ outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbo
                  SELECT $cols, status, attempts, last_error, created_at, sent_at, lease_partition FROM $t
                  UNION ALL
                  SELECT $cols, 'SENT', attempts, last_error, created_at, gone_at, lease_partition FROM ${t}_gone"
+    elif [ "$ON_SENT" = keep ]; then # the relay's own view: status from the watermark
+        psqlc "CREATE VIEW ${t}_all AS SELECT * FROM ${t}_kept"
     else
         psqlc "CREATE VIEW ${t}_all AS SELECT * FROM $t"
     fi

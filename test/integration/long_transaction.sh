@@ -67,7 +67,7 @@ log "with the reader open: $claims claims, $bottom of them from the bottom"
     fail "claims did not start above the floors: $bottom of $claims from the bottom"
 
 # requeue below the floors: the parked row (now with a valid topic) goes before key bad's next row
-psqlc "UPDATE outbox SET topic = NULL WHERE aggregate_id = 'bad' AND status = 'FAILED'"
+psqlc "UPDATE outbox SET topic = NULL WHERE id = (SELECT id FROM outbox_all WHERE aggregate_id = 'bad' AND status = 'FAILED')"
 env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" requeue --key bad >>"$WORK/requeue.log" 2>&1 ||
     { cat "$WORK/requeue.log"; fail "requeue exited $?"; }
 wait_until 30 "the requeued row and its key's next row SENT" all_sent

@@ -262,8 +262,16 @@ static void test_command_args(void)
     config_destroy(&cfg);
     char *bad_env[] = {"OUTBOX_ON_SENT=drop", NULL};
     is_int(load(&cfg, bad_env, run, err, sizeof(err)), -1, "OUTBOX_ON_SENT=drop refused");
-    ok(strstr(err, "OUTBOX_ON_SENT") != NULL && strstr(err, "expected mark or delete") != NULL,
+    ok(strstr(err, "OUTBOX_ON_SENT") != NULL && strstr(err, "expected mark, delete or keep") != NULL,
        "names the setting and its values: %s", err);
+    config_destroy(&cfg);
+    char *keep_env[] = {"OUTBOX_ON_SENT=keep", NULL};
+    is_int(load(&cfg, keep_env, run, err, sizeof(err)), 0, "keep mode loads: %s", err);
+    ok(cfg.keep, "keep mode parsed");
+    config_destroy(&cfg);
+    char *keep_dbz[] = {"OUTBOX_ON_SENT=keep", "OUTBOX_LAYOUT=debezium", NULL};
+    is_int(load(&cfg, keep_dbz, run, err, sizeof(err)), -1, "keep mode refused in the Debezium layout");
+    ok(strstr(err, "OUTBOX_ON_SENT=keep") != NULL && strstr(err, "native layout") != NULL, "says why: %s", err);
     config_destroy(&cfg);
 }
 

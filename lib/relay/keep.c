@@ -1,0 +1,344 @@
+/* OUTBOX_ON_SENT=keep (schema/007_keep.sql): the relay never writes to a row it published.
+ * A mark records the acknowledged ids of each lease partition in one <table>_published row;
+ * the advance moves each held partition's watermark W up over the rows that are exactly
+ * those published or parked, up to the floors' proof (no id at or below it can still
+ * commit), and drops the published records W passed. Parks, failed attempts and requeues
+ * live in <table>_parked. Every write checks in SQL that this session holds the partition's
+ * lease (its advisory lock): a relay that lost its session cannot move anything. Claims start
+ * above W and skip what is published above it, so a restart republishes at most what was in
+ * flight and not yet recorded.
+ *
+ * What the proof rests on, checked at start-up and every KEEP_CHECK_MS: the id is an identity
+ * GENERATED ALWAYS with CACHE 1 (ids are drawn in time order), and its sequence has not been
+ * rewound below the table's rows or a watermark (a restore, setval). A writer that inserts
+ * with OVERRIDING SYSTEM VALUE cannot be seen coming: the writer rule forbids it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "relay/relay_int.h"
+
+#define KEEP_ADVANCE_MS 100
+#define KEEP_CHECK_MS 10000
+
+/* This session holds lease partition `part` of the table whose lock key is `key`. */
+#define HOLDS_LEASE(key, part)                                                                  \
+    "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = (" key      \
+    ")::int::oid AND l.objid = (" part ")::int::oid AND l.objsubid = 2 AND l.granted"          \
+    " AND l.pid = pg_backend_pid())"
+
+/* The relations keep mode's statements are written with. */
+struct keep_names {
+    char wm[200], pub[200], parked[200];
+    const char *schema_q, *table_q, *name;
+};
+
+/* "row `id` of partition `part` is recorded as published": the partition's records whose
+ * range holds the id (normally none or one), then the id among theirs. Caller frees. */
+static char *recorded(const struct keep_names *k, const char *part, const char *id)
+{
+    return xasprintf("EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = %s AND pb.top >= %s"
+                     " AND pb.low <= %s AND %s = ANY(pb.ids))", k->pub, part, id, id, id);
+}
+
+/* "row `id` is parked for good". Caller frees. */
+static char *parked(const struct keep_names *k, const char *id)
+{
+    return xasprintf("EXISTS (SELECT 1 FROM %s k WHERE k.id = %s AND k.failed)", k->parked, id);
+}
+
+/* An upsert into the parked table of the rows `from` selects (a table and its WHERE, or a
+ * CTE): their id, partition and key with `values` (attempts, last_error, failed), or `set`
+ * on the entry already there. Caller frees. */
+static char *parked_upsert(const struct keep_names *k, const char *values, const char *from, const char *set)
+{
+    return xasprintf("INSERT INTO %s AS k (id, lease_partition, aggregate_id, attempts, last_error, failed)"
+                     " SELECT id, lease_partition, aggregate_id, %s FROM %s ON CONFLICT (id) DO UPDATE SET %s",
+                     k->parked, values, from, set);
+}
+
+/* What a mark, a park and a failed attempt write. */
+static void keep_sql_rows(struct outbox_sql *sql, const struct keep_names *k)
+{
+    free(sql->mark);
+    /* $1 ids, $2 relay, $3 highest id claimed, $4 their partitions, $5 lease key. Parked rows
+     * that were requeued leave the parked table when they are published again. */
+    sql->mark = xasprintf(
+        "WITH a AS (SELECT * FROM unnest($1::int8[], $4::int2[]) AS a(id, p)),"
+        " mine AS (SELECT a.* FROM a WHERE " HOLDS_LEASE("$5", "a.p") "),"
+        " ins AS (INSERT INTO %s (lease_partition, low, top, ids)"
+        "  SELECT p, min(id), max(id), array_agg(id ORDER BY id) FROM mine GROUP BY p RETURNING 1),"
+        " req AS (DELETE FROM %s k USING mine WHERE k.id = mine.id AND NOT k.failed RETURNING 1),"
+        OUTBOX_RELAY_STATE_CTE " SELECT (SELECT count(*) FROM mine), (SELECT count(*) FROM a) - (SELECT count(*) FROM mine)",
+        k->pub, k->parked, k->schema_q, k->name);
+    /* $1 id, $2 reason: parked for good */
+    free(sql->park);
+    char *from = xasprintf("%s WHERE id = $1::int8", k->table_q);
+    sql->park = parked_upsert(k, "1, $2, true", from,
+                              "attempts = k.attempts + 1, last_error = excluded.last_error, failed = true,"
+                              " at = clock_timestamp()");
+    free(from);
+    /* $1 ids, $2 reason: last_error only */
+    free(sql->note_failed);
+    from = xasprintf("%s WHERE id = ANY($1::int8[])", k->table_q);
+    sql->note_failed = parked_upsert(k, "0, $2, false", from, "last_error = excluded.last_error WHERE NOT k.failed");
+    free(from);
+    /* $1 id, $2 reason, $3 max attempts */
+    char *u = parked_upsert(k, "1, $2, 1 >= $3::int", "o",
+                            "attempts = k.attempts + 1, last_error = excluded.last_error,"
+                            " failed = k.attempts + 1 >= $3::int, at = clock_timestamp() WHERE NOT k.failed"
+                            " RETURNING failed, attempts");
+    free(sql->row_failed);
+    sql->row_failed = xasprintf(
+        "WITH o AS (SELECT id, lease_partition, aggregate_id, event_id, aggregate_type, event_type,"
+        "  created_at FROM %s WHERE id = $1::int8), u AS (%s)"
+        " SELECT CASE WHEN u.failed THEN 'FAILED' ELSE 'PENDING' END, u.attempts, o.event_id,"
+        "  o.aggregate_id, o.aggregate_type, o.event_type, " OUTBOX_CREATED_MS("o.created_at")
+        " FROM o, u",
+        k->table_q, u);
+    free(u);
+}
+
+/* The watermark: its advance and the check of what its proof rests on. */
+static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *k)
+{
+    char *rec = recorded(k, "cur.p", "o.id"), *park = parked(k, "o.id");
+    /* $1 lease key, $2 the floors' proof, $3 relay. For every partition this session holds:
+     * the first row above W that is neither published nor parked (or the proof) bounds W. */
+    free(sql->keep_advance);
+    sql->keep_advance = xasprintf(
+        "WITH parts AS (SELECT l.objid::int8::int2 AS p FROM pg_locks l WHERE l.locktype = 'advisory'"
+        "  AND l.classid = $1::int::oid AND l.objsubid = 2 AND l.granted AND l.pid = pg_backend_pid()"
+        "  AND l.objid < %d),"
+        " cur AS (SELECT parts.p, coalesce(wm.w, 0) AS w FROM parts LEFT JOIN %s wm ON wm.lease_partition = parts.p),"
+        " nw AS (SELECT cur.p, cur.w, coalesce((SELECT o.id - 1 FROM %s o WHERE o.status = 'PENDING'"
+        "   AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8 AND NOT %s AND NOT %s"
+        "   ORDER BY o.id LIMIT 1), $2::int8) AS w_new FROM cur),"
+        " up AS (INSERT INTO %s AS wm (lease_partition, w, relay)"
+        "  SELECT p, w_new, $3 FROM nw WHERE w_new > w"
+        "  ON CONFLICT (lease_partition) DO UPDATE SET w = excluded.w, relay = excluded.relay,"
+        "   updated_at = clock_timestamp() WHERE wm.w < excluded.w RETURNING lease_partition, w),"
+        " gone AS (DELETE FROM %s pb USING up WHERE pb.lease_partition = up.lease_partition"
+        "  AND pb.top <= up.w RETURNING 1)"
+        " SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM gone),"
+        "  (SELECT count(*) FROM %s pb, parts WHERE pb.lease_partition = parts.p)",
+        OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub, k->pub);
+    free(rec);
+    free(park);
+    const char *t = k->table_q;
+    free(sql->keep_check);
+    sql->keep_check = xasprintf(
+        "SELECT a.attidentity::text, (SELECT seqcache FROM pg_sequence"
+        "  WHERE seqrelid = pg_get_serial_sequence('%s', 'id')::regclass),"
+        " CASE WHEN has_sequence_privilege(pg_get_serial_sequence('%s', 'id'), 'SELECT')"
+        "  THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence('%s', 'id')), 0) END,"
+        " (SELECT max(id) FROM %s), (SELECT max(w) FROM %s), pg_get_serial_sequence('%s', 'id')"
+        " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = 'id' AND NOT a.attisdropped",
+        t, t, t, t, k->wm, t, t);
+}
+
+/* The monitor's: the backlog, retention below W, the duplicates estimate. */
+static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
+{
+    char *rec = recorded(k, "lp.p", "o.id"), *park = parked(k, "o.id"),
+         *rec_any = recorded(k, "o.lease_partition", "o.id");
+    /* the backlog: rows above W less those recorded as published (an index-only count, not a
+     * lookup per row: an upper bound while parked rows lie above W), and the first row above
+     * W of each partition that is neither recorded nor parked, for the oldest's age ($1 the
+     * count cap per partition) */
+    free(sql->stats);
+    sql->stats = xasprintf(
+        "WITH lp AS (SELECT g::int2 AS p, coalesce((SELECT w FROM %s WHERE lease_partition = g), 0) AS w"
+        "  FROM generate_series(0, %d) g),"
+        " heads AS (SELECT x.id, x.created_at FROM lp CROSS JOIN LATERAL (SELECT o.id, o.created_at"
+        "  FROM %s o WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w"
+        "   AND NOT %s AND NOT %s ORDER BY o.id LIMIT 1) x)"
+        " SELECT greatest(0, (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT 1 FROM %s o"
+        "   WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w LIMIT $1) x)"
+        "  - (SELECT coalesce(sum(cardinality(ids)), 0) FROM %s)),"
+        " (SELECT min(id) FROM heads), (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
+        " (SELECT max(id) FROM %s), (SELECT count(*) FROM %s WHERE failed),"
+        " pg_notification_queue_usage()",
+        k->wm, OUTBOX_LEASE_PARTITIONS - 1, k->table_q, rec, park, k->table_q, k->pub, k->table_q,
+        k->parked);
+    /* retention: rows at or below their partition's W, older than the retention, not parked */
+    free(sql->purge);
+    sql->purge = xasprintf(
+        "WITH w AS (SELECT id, lease_partition, created_at FROM %s WHERE id > $1::int8 ORDER BY id LIMIT $2),"
+        " old AS (SELECT w.id FROM w JOIN %s wm ON wm.lease_partition = w.lease_partition"
+        "  WHERE w.id <= wm.w AND w.created_at < clock_timestamp() - make_interval(secs => $3::int)"
+        "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = w.id)),"
+        " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM old) RETURNING 1)"
+        " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
+        " (SELECT count(*) FROM w) - (SELECT count(*) FROM old)",
+        k->table_q, k->wm, k->parked, k->table_q);
+    /* rows a previous relay may have published: above W, at or below its claim mark */
+    free(sql->duplicates);
+    sql->duplicates = xasprintf(
+        "SELECT count(*) FROM %s o WHERE o.status = 'PENDING'"
+        " AND o.id > coalesce((SELECT w FROM %s WHERE lease_partition = o.lease_partition), 0)"
+        " AND o.id <= (SELECT coalesce(max(claimed_high), 0) FROM %s.\"%s_relay_state\") AND NOT %s",
+        k->table_q, k->wm, k->schema_q, k->name, rec_any);
+    free(rec);
+    free(park);
+    free(rec_any);
+}
+
+static void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name)
+{
+    snprintf(k->wm, sizeof(k->wm), "%s.\"%s_watermark\"", schema_q, name);
+    snprintf(k->pub, sizeof(k->pub), "%s.\"%s_published\"", schema_q, name);
+    snprintf(k->parked, sizeof(k->parked), "%s.\"%s_parked\"", schema_q, name);
+    k->schema_q = schema_q;
+    k->table_q = table_q;
+    k->name = name;
+}
+
+void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name)
+{
+    struct keep_names k = {0};
+    keep_names_init(&k, schema_q, table_q, name);
+    keep_sql_rows(sql, &k);
+    keep_sql_watermark(sql, &k);
+    keep_sql_monitor(sql, &k);
+}
+
+/* The claim's parts in keep mode: where each partition starts (its floor, never below W),
+ * whether anything published or parked lies in it, the rows to skip (published above W,
+ * parked), and the source of requeued rows (parked, no longer failed, at or below the start:
+ * W passed them while they were parked), which go again before the later rows of their key. */
+void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
+                             struct strbuf *requeued)
+{
+    struct keep_names k = {0};
+    keep_names_init(&k, schema_q, "", name);
+    strbuf_printf(from,
+                  " FROM (SELECT lp0.part, greatest(lp0.floor, coalesce(wm.w, 0)) AS floor,"
+                  "  coalesce((SELECT max(top) FROM %s pb WHERE pb.lease_partition = lp0.part), 0) AS pubtop,"
+                  "  EXISTS (SELECT 1 FROM %s k WHERE k.lease_partition = lp0.part) AS noted"
+                  "  FROM unnest($4::int2[], $9::int8[]) AS lp0(part, floor)"
+                  "  LEFT JOIN %s wm ON wm.lease_partition = lp0.part) AS lp",
+                  k.pub, k.parked, k.wm);
+    char *rec = recorded(&k, "lp.part", "p.id"), *park = parked(&k, "p.id");
+    strbuf_printf(skip, "   AND (p.id > lp.pubtop OR NOT %s)   AND (NOT lp.noted OR NOT %s)", rec, park);
+    strbuf_printf(requeued, "%s k", k.parked);
+    free(rec);
+    free(park);
+}
+
+/* ---- the relay's side ------------------------------------------------------------- */
+
+/* What the proof rests on, from keep_check's row: "" when it holds, else why not. */
+static void check_verdict(const PGresult *res, char *why, size_t len)
+{
+    why[0] = '\0';
+    if (PQntuples(res) != 1) {
+        snprintf(why, len, "the table has no id column");
+        return;
+    }
+    const char *identity = PQgetvalue(res, 0, KEEP_CHECK_IDENTITY);
+    const char *seq = PQgetvalue(res, 0, KEEP_CHECK_SEQUENCE);
+    long long cache = pg_int(PQgetvalue(res, 0, KEEP_CHECK_CACHE));
+    long long max_id = pg_int(PQgetvalue(res, 0, KEEP_CHECK_MAX_ID));
+    long long max_w = pg_int(PQgetvalue(res, 0, KEEP_CHECK_MAX_W));
+    if (strcmp(identity, "a") != 0)
+        snprintf(why, len, "the id column is not an identity GENERATED ALWAYS (writers could choose ids)");
+    else if (cache != 1)
+        snprintf(why, len, "the id's sequence %s has CACHE %lld: sessions draw ids out of time order "
+                 "(ALTER SEQUENCE %s CACHE 1)", seq, cache, seq);
+    else if (PQgetisnull(res, 0, KEEP_CHECK_LAST_VALUE))
+        snprintf(why, len, "this role cannot read the id's sequence %s (GRANT SELECT ON SEQUENCE %s; "
+                 "deploy/roles.sql does)", seq, seq);
+    else if (pg_int(PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE)) < max_id)
+        snprintf(why, len, "the id's sequence %s is at %s, below the table's highest id %lld: it was "
+                 "rewound (a restore or setval), and new rows would get ids already passed",
+                 seq, PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE), max_id);
+    else if (pg_int(PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE)) < max_w)
+        snprintf(why, len, "the id's sequence %s is at %s, below a watermark (%lld): it was rewound, "
+                 "and new rows would lie below the watermark, never claimed",
+                 seq, PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE), max_w);
+}
+
+static void check_ok(struct relay *r, PGresult *res)
+{
+    char why[512];
+    check_verdict(res, why, sizeof(why));
+    struct keep_state *k = &r->keep;
+    if (!k->checked && why[0]) {
+        log_error("keep: OUTBOX_ON_SENT=keep cannot prove its watermark on %s: %s", r->cfg->table, why);
+        relay_finish(r, OUTBOX_EXIT_FAILED);
+        return;
+    }
+    if (why[0] && !k->blocked)
+        log_error("keep: the watermark stops: %s", why);
+    else if (!why[0] && k->blocked)
+        log_info("keep: the watermark's proof holds again; it moves on");
+    k->blocked = why[0] != '\0';
+    snprintf(k->why, sizeof(k->why), "%s", why);
+    k->checked = 1;
+    r->m.keep_blocked = k->blocked;
+}
+
+static void check_fail(struct relay *r, PGresult *res)
+{
+    (void)res;
+    r->keep.check_due_ms = mono_ms() + 1000;
+}
+
+static const struct worker_stmt check_stmt = {
+    .what = "keep mode's check", .on_ok = check_ok, .on_fail = check_fail};
+
+int keep_check_due(const struct relay *r)
+{
+    return r->cfg->keep && r->schema_ok && mono_ms() >= r->keep.check_due_ms;
+}
+
+void keep_check_send(struct relay *r)
+{
+    r->keep.check_due_ms = mono_ms() + KEEP_CHECK_MS;
+    worker_send(r, &check_stmt, r->sql.keep_check, 0, NULL);
+}
+
+static void advance_ok(struct relay *r, PGresult *res)
+{
+    if (PQntuples(res) != 1)
+        return;
+    r->m.keep_advances_total += (uint64_t)pg_int(PQgetvalue(res, 0, KEEP_ADVANCE_MOVED));
+    r->m.keep_published_records = pg_int(PQgetvalue(res, 0, KEEP_ADVANCE_RECORDS));
+}
+
+static const struct worker_stmt advance_stmt = {.what = "advancing the watermark", .on_ok = advance_ok};
+
+int keep_advance_due(const struct relay *r)
+{
+    return r->cfg->keep && r->keep.checked && !r->keep.blocked &&
+           (r->keep.dirty || r->claim.floors.proven != r->keep.proof_sent) &&
+           r->claim.floors.proven > 0 && mono_ms() >= r->keep.advance_due_ms;
+}
+
+void keep_advance_send(struct relay *r)
+{
+    char key[16], proof[24];
+    snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+    snprintf(proof, sizeof(proof), "%lld", (long long)r->claim.floors.proven);
+    const char *params[3] = {key, proof, r->cfg->relay_name};
+    r->keep.advance_due_ms = mono_ms() + KEEP_ADVANCE_MS;
+    /* again after the next mark, or once the proof has moved */
+    r->keep.dirty = 0;
+    r->keep.proof_sent = r->claim.floors.proven;
+    if (worker_send(r, &advance_stmt, r->sql.keep_advance, 3, params) != 0)
+        r->keep.dirty = 1;
+}
+
+void keep_mark_result(struct relay *r, const PGresult *res)
+{
+    if (PQntuples(res) != 1)
+        return;
+    long long refused = pg_int(PQgetvalue(res, 0, KEEP_MARK_REFUSED));
+    r->keep.dirty = 1;
+    if (refused > 0) {
+        r->m.keep_refused_total += (uint64_t)refused;
+        log_warn("keep: %lld acknowledged rows not recorded: this session no longer holds their lease "
+                 "partitions (their new holder publishes them again)", refused);
+    }
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# OUTBOX_ON_SENT=keep: the watermark W of a lease partition never passes a row that is not
+# published or parked, and the relay refuses to keep one it cannot prove.
+#  - a late row (its writer drew the id and stays open): W of its partition stays below it
+#    while later rows of the same partition are published (recorded above W), and passes
+#    it once it commits and is published; the published records then go;
+#  - the relay killed (SIGKILL) while W is held back there, a new one publishes none of the
+#    rows recorded above W again: no duplicate at all in Kafka;
+#  - a parked row is passed (it is accounted for), the later row of its key that waits for
+#    the requeue is not, and the backlog gauge counts that row alone;
+#  - no row of the table was updated or deleted;
+#  - start-up refuses a sequence with CACHE 20 and a sequence rewound below the table's
+#    rows, each with a message that says what is wrong (exit 1).
+. "$(dirname "$0")/lib.sh"
+[ "$ON_SENT" = keep ] || fail "run with RELAYTEST_ON_SENT=keep"
+setup_db
+part_of() { psqlc "SELECT ((hashtext('$1') & 2147483647) % 64)"; }
+w_of() { psqlc "SELECT coalesce((SELECT w FROM outbox_watermark WHERE lease_partition = $1), 0)"; }
+# N keys other than $2 that fall in lease partition $1
+keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM generate_series(1, 20000) g
+                   WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
+ins() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
+
+RELAY_ENV=(OUTBOX_DEAD_LETTER_TOPIC= OUTBOX_MAX_ATTEMPTS=1)
+start_relay main >/dev/null
+for k in $(keys_in 0 20); do ins "$k" >/dev/null; done
+wait_until 30 "the first rows SENT" all_sent
+
+# ---- a late row: its writer holds the id open for 8 s
+p=$(part_of late)
+"$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
+    -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'late', 'E', '{}')" \
+    -c "SELECT pg_sleep(8)" -c "COMMIT" >/dev/null &
+writer=$!
+wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_locks WHERE relation = '\''outbox'\''::regclass AND mode = '\''RowExclusiveLock'\'' AND pid <> pg_backend_pid()")" -ge 1 ]'
+late=$(psqlc "SELECT last_value FROM outbox_id_seq")
+above=()
+for k in $(keys_in "$p" 5); do above+=("$(ins "$k")"); done
+wait_until 20 "the rows above the late one SENT" rows_are 5 "id > $late AND lease_partition = $p AND status = 'SENT'"
+sleep 1 # advances run every 100 ms: give W its chance to pass the late row, which it must not
+w=$(w_of "$p")
+[ "$w" -lt "$late" ] || fail "W of partition $p is $w, at or past the late row $late still open"
+recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")
+[ "$recs" -ge 1 ] || fail "no published record above W for partition $p while the late row is open"
+log "late row $late open: W of partition $p stays at $w, $recs published records above it"
+kill -KILL "$(relay_pid main)"
+wait "$(relay_pid main)" 2>/dev/null || true
+start_relay main >/dev/null # a new relay, W still held back by the open writer
+wait "$writer" || fail "the late writer failed"
+wait_until 20 "the late row SENT" rows_are 1 "id = $late AND status = 'SENT'"
+# W moves up to the floors' proof, the highest id this relay has claimed once no writer that
+# drew a lower one is still open: the new relay claimed the late row alone (the rest was
+# recorded), so W passes the records once it claims a later row of the partition
+next=$(ins "$(keys_in "$p" 6 | awk '{ print $6 }')")
+wait_until 10 "W past the late row's partition" eval '[ "$(w_of "$p")" -ge "$next" ]'
+wait_until 10 "the published records gone" eval '[ "$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")" = 0 ]'
+log "late row committed and published: W of partition $p at $(w_of "$p")"
+
+# ---- a parked row is passed; the row of its key that waits for requeue is not
+q=$(part_of bad)
+bad=$(psqlc "INSERT INTO outbox ($OUTBOX_COLS, topic) VALUES ('order', 'bad', 'E1', '{}', 'bad topic!') RETURNING id")
+waiting=$(ins bad E2)
+for k in $(keys_in "$q" 3); do ins "$k" >/dev/null; done
+wait_until 20 "the bad row parked" rows_are 1 "id = $bad AND status = 'FAILED'"
+wait_until 15 "the backlog gauge at the one waiting row" eval '[ "$(metric main outbox_pending_rows)" = 1 ] && [ "$(metric main outbox_failed_rows)" = 1 ]'
+wait_until 10 "W past the parked row" eval '[ "$(w_of "$q")" -ge "$bad" ]'
+sleep 1
+w=$(w_of "$q")
+[ "$w" -lt "$waiting" ] || fail "W of partition $q is $w, past row $waiting that waits behind the parked row"
+[ "$(count_where "id = $waiting AND status = 'PENDING'")" = 1 ] || fail "row $waiting did not wait for the requeue"
+log "parked row $bad passed by W ($w); row $waiting of its key waits below W's reach"
+psqlc "UPDATE outbox SET topic = NULL WHERE id = $bad"
+env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" requeue --key bad >/dev/null || fail "requeue failed"
+wait_until 20 "the requeued key SENT" all_sent
+wait_until 10 "W past the requeued key's rows" eval '[ "$(w_of "$q")" -ge "$waiting" ]'
+stop_relay main || fail "relay exited with $? on SIGTERM"
+check "$TOPIC_PREFIX.order" || fail "loss or disorder"
+dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")
+[ "$dups" = 0 ] || fail "$dups rows published twice: the relay after the SIGKILL republished rows recorded above W"
+written=$(psqlc "SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
+[ "$written" = 1 ] || fail "the relay wrote to rows of the table: $written updates and deletes (1 is the test's own fix)"
+
+# ---- what the proof rests on, refused at start-up
+refused() { # WHAT PATTERN
+    local rc=0
+    env "${RELAY_BASE_ENV[@]}" timeout 30 "$RELAYTEST_RELAY_BIN" >"$WORK/refused.log" 2>&1 || rc=$?
+    [ "$rc" = 1 ] && grep -q "$2" "$WORK/refused.log" || fail "$1: exit $rc: $(grep -m2 -E "error|keep" "$WORK/refused.log")"
+    log "$1: refused: $(grep -m1 -o "$2.*" "$WORK/refused.log" | cut -c1-100)"
+}
+relay_env
+psqlc "ALTER SEQUENCE outbox_id_seq CACHE 20"
+refused "CACHE 20" "has CACHE 20"
+psqlc "ALTER SEQUENCE outbox_id_seq CACHE 1"
+psqlc "SELECT setval('outbox_id_seq', 5)"
+refused "a rewound sequence" "was rewound"
+log "ok"
