@@ -9,7 +9,9 @@
 --   (the statement that moves it checks the table).
 -- * <table>_published: rows acknowledged above the watermark (while something below them is
 --   still in flight, held back or late), one record per partition per mark (its ids, lowest
---   and highest); a record goes when the watermark passes its highest id. No index on the
+--   and highest). Records stay below the watermark as what the audit compares the rows
+--   with (a row at or below W that no record names was never published), and go once
+--   retention has deleted every row they name. No index on the
 --   ids themselves: an index entry per id would cost the WAL keep mode saves; a lookup
 --   walks the partition's records whose range holds the id (normally none or one). A relay that restarts republishes none of
 --   them: only what was in flight and not yet recorded.
@@ -48,18 +50,20 @@ CREATE INDEX IF NOT EXISTS "@NAME@_parked_part_idx" ON @SCHEMA@."@NAME@_parked" 
 CREATE OR REPLACE VIEW @SCHEMA@."@NAME@_kept" AS
 SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.topic, o.payload, o.headers,
        CASE WHEN k.failed THEN 'FAILED'
-            WHEN o.id <= coalesce(wm.w, 0) OR pb.at IS NOT NULL THEN 'SENT'
+            WHEN o.id <= coalesce(wm.w, 0) THEN 'SENT'
+            WHEN EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_published" p
+                         WHERE p.lease_partition = o.lease_partition AND p.top >= o.id AND p.low <= o.id
+                           AND o.id = ANY(p.ids)) THEN 'SENT'
             ELSE 'PENDING' END AS status,
        coalesce(k.attempts, o.attempts) AS attempts,
        coalesce(k.last_error, o.last_error) AS last_error,
        o.created_at,
        CASE WHEN k.failed THEN NULL
-            WHEN pb.at IS NOT NULL THEN pb.at
-            WHEN o.id <= coalesce(wm.w, 0) THEN wm.updated_at END AS sent_at,
+            WHEN o.id <= coalesce(wm.w, 0) THEN wm.updated_at
+            ELSE (SELECT min(p.at) FROM @SCHEMA@."@NAME@_published" p
+                  WHERE p.lease_partition = o.lease_partition AND p.top >= o.id AND p.low <= o.id
+                    AND o.id = ANY(p.ids)) END AS sent_at,
        o.lease_partition
 FROM @TABLE@ o
 LEFT JOIN @SCHEMA@."@NAME@_watermark" wm ON wm.lease_partition = o.lease_partition
-LEFT JOIN @SCHEMA@."@NAME@_parked" k ON k.id = o.id
-LEFT JOIN LATERAL (SELECT min(p.at) AS at FROM @SCHEMA@."@NAME@_published" p
-                   WHERE p.lease_partition = o.lease_partition AND p.top >= o.id AND p.low <= o.id
-                     AND o.id = ANY(p.ids)) pb ON true;
+LEFT JOIN @SCHEMA@."@NAME@_parked" k ON k.id = o.id;

@@ -42,6 +42,7 @@ struct config {
     char *relay_name;
     int topic_pause_ms;
     int lease_timeout_ms;
+    int watermark_audit_ms; /* keep mode: the audit of rows below the watermarks, per round */
     enum log_level log_level;
     enum log_format log_format;
     char *log_level_name;

@@ -23,6 +23,15 @@ void floors_reset(struct floors *f)
     f->epoch++;
 }
 
+void floors_forget_proof(struct floors *f)
+{
+    floors_reset(f);
+    free(f->writers);
+    f->writers = NULL;
+    f->proven = 0;
+    f->candidate = 0;
+}
+
 void floors_probe_result(struct floors *f, int64_t claimed_high, const char *writers,
                          long still_writing)
 {

@@ -61,6 +61,9 @@ void floors_init(struct floors *f);
 void floors_destroy(struct floors *f);
 /* All partitions back to the bottom (rows were put back below the floors). */
 void floors_reset(struct floors *f);
+/* A new session, perhaps on another server (a failover, a restored database): what was
+ * proven of the old one proves nothing here. The proof starts over with the floors. */
+void floors_forget_proof(struct floors *f);
 /* A probe's answer: the transactions writing the table now (a text[] literal) and how many
  * of the previous probe's are still writing; claimed_high is the highest id claimed when
  * the probe was sent. */

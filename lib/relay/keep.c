@@ -2,16 +2,19 @@
  * A mark records the acknowledged ids of each lease partition in one <table>_published row;
  * the advance moves each held partition's watermark W up over the rows that are exactly
  * those published or parked, up to the floors' proof (no id at or below it can still
- * commit), and drops the published records W passed. Parks, failed attempts and requeues
- * live in <table>_parked. Every write checks in SQL that this session holds the partition's
+ * commit). Parks, failed attempts and requeues live in <table>_parked. Every write checks in SQL that this session holds the partition's
  * lease (its advisory lock): a relay that lost its session cannot move anything. Claims start
  * above W and skip what is published above it, so a restart republishes at most what was in
  * flight and not yet recorded.
  *
  * What the proof rests on, checked at start-up and every KEEP_CHECK_MS: the id is an identity
  * GENERATED ALWAYS with CACHE 1 (ids are drawn in time order), and its sequence has not been
- * rewound below the table's rows or a watermark (a restore, setval). A writer that inserts
- * with OVERRIDING SYSTEM VALUE cannot be seen coming: the writer rule forbids it. */
+ * rewound below the table's rows or a watermark (a restore, setval); a new worker session
+ * (perhaps another server) proves and checks again before W moves. A writer that inserts
+ * with OVERRIDING SYSTEM VALUE cannot be seen coming: the writer rule forbids it. What the
+ * proof cannot see, the audit finds: the records stay below W, and every
+ * OUTBOX_WATERMARK_AUDIT_MS each held partition's rows at or below W are compared with them;
+ * a row no record names was never published, and goes now (counted, logged). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,14 +120,35 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
         " up AS (INSERT INTO %s AS wm (lease_partition, w, relay)"
         "  SELECT p, w_new, $3 FROM nw WHERE w_new > w"
         "  ON CONFLICT (lease_partition) DO UPDATE SET w = excluded.w, relay = excluded.relay,"
-        "   updated_at = clock_timestamp() WHERE wm.w < excluded.w RETURNING lease_partition, w),"
-        " gone AS (DELETE FROM %s pb USING up WHERE pb.lease_partition = up.lease_partition"
-        "  AND pb.top <= up.w RETURNING 1)"
-        " SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM gone),"
-        "  (SELECT count(*) FROM %s pb, parts WHERE pb.lease_partition = parts.p)",
-        OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub, k->pub);
+        "   updated_at = clock_timestamp() WHERE wm.w < excluded.w RETURNING lease_partition, w)"
+        " SELECT (SELECT count(*) FROM up),"
+        "  (SELECT count(*) FROM %s pb, nw WHERE pb.lease_partition = nw.p AND pb.top > greatest(nw.w, nw.w_new))",
+        OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub);
     free(rec);
     free(park);
+    /* The audit (the safety net under the proof): $1 lease key, $2 a partition this session
+     * holds, $3 the reason. Every row of it at or below W must be recorded as published or
+     * parked; one that is neither (a row inserted below W with OVERRIDING SYSTEM VALUE, a
+     * restore, a broken proof) gets a requeued entry in the parked table, which the claim
+     * publishes. Records go once every row they name is gone (retention): below the lowest
+     * row left, and never above W. */
+    free(sql->keep_audit);
+    sql->keep_audit = xasprintf(
+        "WITH cur AS (SELECT coalesce((SELECT w FROM %s WHERE lease_partition = $2::int2), 0) AS w"
+        "  WHERE " HOLDS_LEASE("$1", "$2") "),"
+        " rec AS (SELECT DISTINCT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2),"
+        " gap AS (SELECT o.id, o.lease_partition, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
+        "  AND o.lease_partition = $2::int2 AND o.id <= cur.w AND NOT EXISTS (SELECT 1 FROM rec WHERE rec.i = o.id)"
+        "  AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id)),"
+        " ins AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
+        "  SELECT id, lease_partition, aggregate_id, 0, $3, false FROM gap ON CONFLICT (id) DO NOTHING RETURNING id),"
+        " low AS (SELECT least(cur.w + 1, (SELECT min(o.id) FROM %s o WHERE o.status = 'PENDING'"
+        "  AND o.lease_partition = $2::int2)) AS id FROM cur),"
+        " old AS (DELETE FROM %s pb USING low WHERE pb.lease_partition = $2::int2 AND pb.top < low.id RETURNING 1)"
+        " SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM ins),"
+        "  (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 20) x),"
+        "  (SELECT count(*) FROM old)",
+        k->wm, k->pub, k->table_q, k->parked, k->parked, k->table_q, k->pub);
     const char *t = k->table_q;
     free(sql->keep_check);
     sql->keep_check = xasprintf(
@@ -155,7 +179,8 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
         "   AND NOT %s AND NOT %s ORDER BY o.id LIMIT 1) x)"
         " SELECT greatest(0, (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT 1 FROM %s o"
         "   WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w LIMIT $1) x)"
-        "  - (SELECT coalesce(sum(cardinality(ids)), 0) FROM %s)),"
+        "  - (SELECT count(*) FROM lp JOIN %s pb ON pb.lease_partition = lp.p AND pb.top > lp.w"
+        "   CROSS JOIN LATERAL unnest(pb.ids) i WHERE i > lp.w)),"
         " (SELECT min(id) FROM heads), (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
         " (SELECT max(id) FROM %s), (SELECT count(*) FROM %s WHERE failed),"
         " pg_notification_queue_usage()",
@@ -276,6 +301,7 @@ static void check_ok(struct relay *r, PGresult *res)
     k->blocked = why[0] != '\0';
     snprintf(k->why, sizeof(k->why), "%s", why);
     k->checked = 1;
+    k->session_checked = 1;
     r->m.keep_blocked = k->blocked;
 }
 
@@ -311,7 +337,7 @@ static const struct worker_stmt advance_stmt = {.what = "advancing the watermark
 
 int keep_advance_due(const struct relay *r)
 {
-    return r->cfg->keep && r->keep.checked && !r->keep.blocked &&
+    return r->cfg->keep && r->keep.session_checked && !r->keep.blocked &&
            (r->keep.dirty || r->claim.floors.proven != r->keep.proof_sent) &&
            r->claim.floors.proven > 0 && mono_ms() >= r->keep.advance_due_ms;
 }
@@ -328,6 +354,50 @@ void keep_advance_send(struct relay *r)
     r->keep.proof_sent = r->claim.floors.proven;
     if (worker_send(r, &advance_stmt, r->sql.keep_advance, 3, params) != 0)
         r->keep.dirty = 1;
+}
+
+/* ---- the audit: rows at or below W that were never published ---------------------- */
+
+static void audit_ok(struct relay *r, PGresult *res)
+{
+    if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
+        return;
+    long long gaps = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_GAPS));
+    if (gaps > 0) {
+        r->m.keep_gaps_total += (uint64_t)gaps;
+        log_error("keep: %lld rows of lease partition %d lie at or below its watermark but were never "
+                  "recorded as published (ids %s%s): publishing them now. A row inserted with an id "
+                  "below the watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a "
+                  "broken proof; see docs/OUTBOX-TABLE.md, Keep", gaps, r->keep.audit_part,
+                  PQgetvalue(res, 0, KEEP_AUDIT_IDS), gaps > 20 ? ", ..." : "");
+        r->claim.wanted = 1;
+    }
+    r->m.keep_audited_total++;
+}
+
+static const struct worker_stmt audit_stmt = {.what = "auditing the watermark", .on_ok = audit_ok};
+
+int keep_audit_due(const struct relay *r)
+{
+    return r->cfg->keep && r->keep.session_checked && mono_ms() >= r->keep.audit_due_ms &&
+           lease_count_held(r->lease.part) > 0;
+}
+
+void keep_audit_send(struct relay *r)
+{
+    /* one held partition per turn, so that a round covers them all once per period */
+    r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / OUTBOX_LEASE_PARTITIONS;
+    int p = r->keep.audit_next;
+    for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++, p = (p + 1) % OUTBOX_LEASE_PARTITIONS)
+        if (r->lease.part[p].state != LEASE_FREE)
+            break;
+    r->keep.audit_next = (p + 1) % OUTBOX_LEASE_PARTITIONS;
+    r->keep.audit_part = p;
+    char key[16], part[8];
+    snprintf(key, sizeof(key), "%d", r->sql.lease_key);
+    snprintf(part, sizeof(part), "%d", p);
+    const char *params[3] = {key, part, "at or below the watermark but never recorded as published (the audit)"};
+    worker_send(r, &audit_stmt, r->sql.keep_audit, 3, params);
 }
 
 void keep_mark_result(struct relay *r, const PGresult *res)

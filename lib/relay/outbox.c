@@ -557,7 +557,7 @@ void outbox_sql_destroy(struct outbox_sql *sql)
                     &sql->purge,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
-                    &sql->placement_types, &sql->keep_advance, &sql->keep_check};
+                    &sql->placement_types, &sql->keep_advance, &sql->keep_check, &sql->keep_audit};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

@@ -21,6 +21,9 @@ struct outbox_sql {
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far; in keep mode
                             also $4 their lease partitions, $5 the lease key (keep.c) */
     char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name */
+    char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason: rows at or below
+                            its W neither recorded nor parked go to the parked table as
+                            requeued (keep.c) */
     char *keep_check;    /* keep mode: the id's identity kind, its sequence's cache and last
                             value (0 before the first id, NULL when this role may not read it),
                             max(id), max(W), the sequence's name */
@@ -103,7 +106,8 @@ struct keep_claim {
     const char *from, *skip, *requeued, *attempts;
 };
 enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
-enum keep_advance_col { KEEP_ADVANCE_MOVED, KEEP_ADVANCE_DROPPED, KEEP_ADVANCE_RECORDS };
+enum keep_advance_col { KEEP_ADVANCE_MOVED, KEEP_ADVANCE_RECORDS };
+enum keep_audit_col { KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED };
 enum keep_check_col {
     KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
     KEEP_CHECK_SEQUENCE

@@ -65,6 +65,8 @@ static void kick(struct relay *r)
         keep_check_send(r);
     } else if (keep_advance_due(r)) {
         keep_advance_send(r);
+    } else if (keep_audit_due(r)) {
+        keep_audit_send(r);
     } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
         doorbell_send_arm(r);
     } else if (floor_probe_due(r)) {
@@ -105,6 +107,15 @@ static void worker_ready(void *ctx)
     struct relay *r = ctx;
     r->stmt = NULL;
     r->schema_ok = 0;
+    /* The floors' proof and the highest id claimed were about the session's server: after
+     * a failover or a restore, ids may have been drawn again below them (a stale proof would
+     * let a keep-mode watermark pass rows not yet written). Both start over, and keep mode
+     * checks its premises on this server before the watermark moves again. */
+    floors_forget_proof(&r->claim.floors);
+    r->claim.claimed_high = 0;
+    r->claim.probe_high = 0;
+    r->keep.session_checked = 0;
+    r->keep.check_due_ms = 0;
     relay_want_kick(r);
 }
 

@@ -100,12 +100,16 @@ struct poison_state {
 /* keep.c: OUTBOX_ON_SENT=keep's watermark. */
 struct keep_state {
     int checked;            /* the proof's check passed once (start-up) */
+    int session_checked;    /* ... and again on the current worker session */
     int blocked;            /* the last check failed: the watermark stops */
     char why[512];
     int dirty;              /* rows were recorded (or the proof moved) since the last advance */
     int64_t proof_sent;     /* the proof the last advance was sent with */
     int64_t advance_due_ms; /* monotonic */
     int64_t check_due_ms;
+    int64_t audit_due_ms;   /* the next partition's audit */
+    int audit_next;         /* the partition after the one audited last */
+    int audit_part;         /* the partition of the audit in flight */
 };
 
 /* lease.c */
@@ -217,6 +221,8 @@ void keep_check_send(struct relay *r);
 int keep_advance_due(const struct relay *r);
 void keep_advance_send(struct relay *r);
 void keep_mark_result(struct relay *r, const PGresult *res);
+int keep_audit_due(const struct relay *r);
+void keep_audit_send(struct relay *r);
 
 /* claim.c */
 int claim_quota(int limit, int nparts);

@@ -15,7 +15,8 @@
 # as stale duplicates, never as first deliveries. (Messages a had only queued when frozen
 # are purged when it wakes and sees its lease lost - seen once as 56 messages "Purged in
 # queue": that race is why the delay is on requests already sent.) Relay b and the check
-# talk to the broker directly. Every message must carry the lease header.
+# talk to the broker directly. Every message must carry the lease header. In keep mode, a's
+# marks of those late acknowledgements are refused in SQL and counted.
 . "$(dirname "$0")/lib.sh"
 proxied_kafka
 setup_db
@@ -73,6 +74,14 @@ sleep 2
 psqlc "UPDATE writing SET go = false"
 wait "$wp" || fail "the writer loop failed"
 wait_until 120 "all rows SENT" all_sent
+if [ "$ON_SENT" = keep ]; then
+    # a's late acknowledgements name rows of partitions b holds: a's marks may not record them
+    # (nor move a watermark): the session check in SQL refuses them, and counts them
+    refused=$(metric a outbox_watermark_refused_total)
+    [ "$refused" -gt 0 ] || fail "keep mode: relay a recorded every late acknowledgement (no mark refused after the takeover)"
+    grep -q "keep: [0-9]* acknowledged rows not recorded" "$WORK/relay-a.log" || fail "no log line for a's refused marks"
+    log "keep mode: $refused acknowledgements of resumed relay a refused (b held their partitions)"
+fi
 stop_relay a || fail "a exited with $? on SIGTERM"
 stop_relay b || fail "b exited with $? on SIGTERM"
 { grep "lease: lost" "$WORK/relay-a.log" || true; } | head -1 | sed "s/^/# a: /"

@@ -3,11 +3,13 @@
 # published or parked, and the relay refuses to keep one it cannot prove.
 #  - a late row (its writer drew the id and stays open): W of its partition stays below it
 #    while later rows of the same partition are published (recorded above W), and passes
-#    it once it commits and is published; the published records then go;
+#    it once it commits and is published (its records stay below W, for the audit);
 #  - the relay killed (SIGKILL) while W is held back there, a new one publishes none of the
 #    rows recorded above W again: no duplicate at all in Kafka;
 #  - a parked row is passed (it is accounted for), the later row of its key that waits for
 #    the requeue is not, and the backlog gauge counts that row alone;
+#  - the audit: a row planted below W with OVERRIDING SYSTEM VALUE (an id a rolled-back
+#    writer drew) is found, published, counted and logged; before it, the audit found none;
 #  - no row of the table was updated or deleted;
 #  - start-up refuses a sequence with CACHE 20 and a sequence rewound below the table's
 #    rows, each with a message that says what is wrong (exit 1).
@@ -21,7 +23,8 @@ keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM gen
                    WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
 ins() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
 
-RELAY_ENV=(OUTBOX_DEAD_LETTER_TOPIC= OUTBOX_MAX_ATTEMPTS=1)
+# the audit goes over all 64 partitions every 640 ms here (60 s by default)
+RELAY_ENV=(OUTBOX_DEAD_LETTER_TOPIC= OUTBOX_MAX_ATTEMPTS=1 OUTBOX_WATERMARK_AUDIT_MS=640)
 start_relay main >/dev/null
 for k in $(keys_in 0 20); do ins "$k" >/dev/null; done
 wait_until 30 "the first rows SENT" all_sent
@@ -40,7 +43,7 @@ wait_until 20 "the rows above the late one SENT" rows_are 5 "id > $late AND leas
 sleep 1 # advances run every 100 ms: give W its chance to pass the late row, which it must not
 w=$(w_of "$p")
 [ "$w" -lt "$late" ] || fail "W of partition $p is $w, at or past the late row $late still open"
-recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")
+recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p AND top > $w")
 [ "$recs" -ge 1 ] || fail "no published record above W for partition $p while the late row is open"
 log "late row $late open: W of partition $p stays at $w, $recs published records above it"
 kill -KILL "$(relay_pid main)"
@@ -53,7 +56,7 @@ wait_until 20 "the late row SENT" rows_are 1 "id = $late AND status = 'SENT'"
 # recorded), so W passes the records once it claims a later row of the partition
 next=$(ins "$(keys_in "$p" 6 | awk '{ print $6 }')")
 wait_until 10 "W past the late row's partition" eval '[ "$(w_of "$p")" -ge "$next" ]'
-wait_until 10 "the published records gone" eval '[ "$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p")" = 0 ]'
+wait_until 10 "no published record left above W" metric_is main outbox_published_records 0
 log "late row committed and published: W of partition $p at $(w_of "$p")"
 
 # ---- a parked row is passed; the row of its key that waits for requeue is not
@@ -73,6 +76,22 @@ psqlc "UPDATE outbox SET topic = NULL WHERE id = $bad"
 env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" requeue --key bad >/dev/null || fail "requeue failed"
 wait_until 20 "the requeued key SENT" all_sent
 wait_until 10 "W past the requeued key's rows" eval '[ "$(w_of "$q")" -ge "$waiting" ]'
+
+# ---- the audit: a row planted below W is found and published
+wait_until 10 "a round of audits" metric_at_least main outbox_watermark_audits_total 128
+[ "$(metric main outbox_watermark_gaps_total)" = 0 ] || fail "the audit found rows below W before any was planted"
+r=$(part_of planted)
+hole=$("$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
+    -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'planted', 'E', '{}') RETURNING id" -c "ROLLBACK" | head -1)
+for k in $(keys_in "$r" 3); do ins "$k" >/dev/null; done
+wait_until 10 "W past the rolled-back id" eval '[ "$(w_of "$r")" -ge "$hole" ]'
+psqlc "INSERT INTO outbox (id, $OUTBOX_COLS) OVERRIDING SYSTEM VALUE VALUES ($hole, 'order', 'planted', 'E', '{}')"
+wait_until 10 "the audit found the planted row" metric_is main outbox_watermark_gaps_total 1
+grep -q "1 rows of lease partition $r lie at or below its watermark but were never recorded as published (ids $hole)" \
+    "$WORK/relay-main.log" || fail "the audit's log line does not name partition $r and row $hole"
+wait_until 10 "the planted row published (recorded)" eval '[ "$(psqlc "SELECT count(*) FROM outbox_published
+    WHERE lease_partition = $r AND $hole = ANY(ids)")" = 1 ]'
+log "row $hole planted below W of partition $r: found by the audit and published"
 stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder"
 dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")

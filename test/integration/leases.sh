@@ -22,7 +22,8 @@ relay_as() { # name user: start a relay that logs in as its own role
     local name=$1 user=$2
     local saved=$DSN
     DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=$user dbname=$DB"
-    RELAY_ENV=(OUTBOX_RELAY_NAME="$name" OUTBOX_LEASE_TIMEOUT_MS=6000 OUTBOX_BATCH_SIZE=200)
+    RELAY_ENV=(OUTBOX_RELAY_NAME="$name" OUTBOX_LEASE_TIMEOUT_MS=6000 OUTBOX_BATCH_SIZE=200
+        OUTBOX_WATERMARK_AUDIT_MS=2000)
     start_relay "$name" >/dev/null
     DSN=$saved
 }
@@ -95,6 +96,10 @@ wait_until 30 "r1 rejoined" metric_at_least r1 outbox_lease_partitions_held 20
 stop_relay r1 || fail "r1 exited with $? on SIGTERM"
 stop_relay r2 || fail "r2 exited with $? on SIGTERM"
 grep -q "lease: lost" "$WORK/relay-r1.log" || fail "r1 never noticed it lost its leases"
+# keep mode: the audit (every 2 s here) found no row below a watermark that was never published
+if [ "$ON_SENT" = keep ] && grep -h "never recorded as published" "$WORK"/relay-*.log; then
+    fail "a watermark passed rows that were never published (the audit's lines above)"
+fi
 
 # No overlap: per partition, the publishing intervals of different relays are disjoint.
 overlaps=$(psqlc "

@@ -95,6 +95,15 @@ int main(void)
     floors_after_claim(&f, &c);
     is_int(f.at[5], 2000, "the proof at send time bounds the floor, not a later one");
 
+    /* a new session (perhaps another server after a failover): nothing proven carries over */
+    floors_probe_result(&f, 6000, "{7/1}", 0);
+    floors_forget_proof(&f);
+    is_int(f.proven, 0, "a new session: the proof starts over");
+    is_int(f.at[5], 0, "and the floors are at the bottom");
+    floors_probe_result(&f, 500, "{8/1}", 0);
+    is_int(f.proven, 0, "the old session's candidate (6000) is not proven by the new session's first probe");
+    floors_probe_result(&f, 700, "{}", 0);
+    is_int(f.proven, 700, "the new session proves from its own claims");
     floors_destroy(&f);
     return done();
 }
