@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_published" (
     at              timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS "@NAME@_published_top_idx" ON @SCHEMA@."@NAME@_published" (lease_partition, top);
+-- the record that names a row, whatever its age (the view's sent_at): the records' ranges
+CREATE INDEX IF NOT EXISTS "@NAME@_published_range_idx" ON @SCHEMA@."@NAME@_published"
+    USING gist (int8range(low, top, '[]'));
 
 CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_parked" (
     id              bigint PRIMARY KEY,
@@ -59,10 +62,10 @@ SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.topic
        coalesce(k.last_error, o.last_error) AS last_error,
        o.created_at,
        CASE WHEN k.failed THEN NULL
-            WHEN o.id <= coalesce(wm.w, 0) THEN wm.updated_at
-            ELSE (SELECT min(p.at) FROM @SCHEMA@."@NAME@_published" p
-                  WHERE p.lease_partition = o.lease_partition AND p.top >= o.id AND p.low <= o.id
-                    AND o.id = ANY(p.ids)) END AS sent_at,
+            ELSE coalesce((SELECT min(p.at) FROM @SCHEMA@."@NAME@_published" p
+                           WHERE int8range(p.low, p.top, '[]') @> o.id
+                             AND p.lease_partition = o.lease_partition AND o.id = ANY(p.ids)),
+                          CASE WHEN o.id <= coalesce(wm.w, 0) THEN wm.updated_at END) END AS sent_at,
        o.lease_partition
 FROM @TABLE@ o
 LEFT JOIN @SCHEMA@."@NAME@_watermark" wm ON wm.lease_partition = o.lease_partition

@@ -3,7 +3,7 @@
 # replayed by time window (dry run first), by key and by id. A consumer that dedupes by
 # event_id (outbox-check: delivered_unique is what it applies) sees exactly as many more
 # duplicates as rows replayed and no new effect; a key's replay touches only that key;
-# rows stay SENT and untouched; each replay is logged with who, what and how many; a
+# rows stay SENT and untouched (keep mode: nothing written to the table at all); each replay is logged with who, what and how many; a
 # window of more than 100,000 rows without --limit is refused (exit 2).
 . "$(dirname "$0")/lib.sh"
 setup_db
@@ -14,7 +14,7 @@ psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, he
 start_relay main >/dev/null
 wait_until 60 "1,000 rows SENT" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
-sent_at=$(psqlc "SELECT max(sent_at) FROM outbox")
+sent_at=$(psqlc "SELECT max(sent_at) FROM outbox_all")
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" "$WORK/check.out" | head -1; }
 check "$topic" >/dev/null || fail "the first delivery is not complete"
 [ "$(field duplicates)" = 0 ] || fail "duplicates before any replay"
@@ -55,7 +55,7 @@ log "replay --key k7: $n7 rows, only k7 published again"
 first=$(psqlc "SELECT min(id) FROM outbox")
 out=$(replay --id "$first") || fail "replay --id exited $?"
 grep -q "^replayed 1 of 1 SENT row" <<<"$out" || fail "replay --id reported: $out"
-[ "$(count_status SENT)" = 1000 ] && [ "$(psqlc "SELECT max(sent_at) FROM outbox")" = "$sent_at" ] ||
+[ "$(count_status SENT)" = 1000 ] && [ "$(psqlc "SELECT max(sent_at) FROM outbox_all")" = "$sent_at" ] ||
     fail "a replay changed rows"
 grep -q "replay: .*@.* replayed the rows of public.outbox selected by --key k7: $n7 selected, $n7 delivered, 0 failed" \
     "$WORK/replay.log" || { cat "$WORK/replay.log"; fail "the replay of k7 was not logged with who, what and how many"; }
@@ -63,6 +63,10 @@ grep -q "replay: .*@.* replayed the rows of public.outbox selected by --key k7: 
 # Guard rail: more than 100,000 rows in a window needs --limit.
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status)
        SELECT 'order', 'bulk' || (g % 100), 'Old', '{}', 'SENT' FROM generate_series(1, 100001) g"
+# keep mode has no status in the row: the fixture's rows are SENT when every watermark is past them
+[ "$ON_SENT" = keep ] && psqlc "INSERT INTO outbox_watermark (lease_partition, w, relay)
+       SELECT g, (SELECT max(id) FROM outbox), 'fixture' FROM generate_series(0, 63) g
+       ON CONFLICT (lease_partition) DO UPDATE SET w = excluded.w"
 rc=0
 replay --since 1970-01-01 >/dev/null || rc=$?
 [ "$rc" = 2 ] || fail "a window of 101,001 rows without --limit: exit $rc, want 2"
@@ -82,4 +86,8 @@ usage "give exactly one of --id N, --key K, --since T" --id 1 --key k1
 usage "--until needs --since" --key k1 --until 2026-01-01
 usage "--limit: expected a positive number" --since 1970-01-01 --limit 0
 usage "--id: expected a positive row id" --id x
+if [ "$ON_SENT" = keep ]; then
+    written=$(psqlc "SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
+    [ "$written" = 0 ] || fail "keep mode: the relay or a replay wrote to $written rows of the table"
+fi
 log "ok"
