@@ -326,7 +326,7 @@ void claim_send(struct relay *r)
     strbuf_init(&ids);
     strbuf_init(&paused);
     strbuf_init(&held);
-    window_ids_literal(&r->win, ~0u, 0, &ids);
+    keep_claim_skip(r, &ids);
     pauses_literal(&r->paused, &paused);
     kshare_held_literal(&r->kshare, &held);
     char limit[16], quota[16], budget[24], largest[24];
@@ -391,8 +391,10 @@ void floor_probe_send(struct relay *r)
 
 static void mark_ok(struct relay *r, PGresult *res)
 {
-    if (r->cfg->keep)
+    if (r->cfg->keep) {
         keep_mark_result(r, res);
+        keep_published(r, res);
+    }
     size_t n = window_remove_state(&r->win, ROW_MARKING);
     r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);

@@ -356,6 +356,63 @@ void keep_advance_send(struct relay *r)
         r->keep.dirty = 1;
 }
 
+/* ---- what this relay recorded, for its claims ------------------------------------- */
+
+#define KEEP_PUB_MAX 50000 /* ids; beyond, the oldest go (the records still answer for them) */
+
+/* After a mark: the rows it recorded (none when it was refused any: which were refused is
+ * not said). Entries at or below their partition's floor go: claims do not read there; every
+ * lease change forgets the list. */
+void keep_published(struct relay *r, const PGresult *res)
+{
+    struct keep_state *k = &r->keep;
+    if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_MARK_REFUSED)) > 0)
+        return;
+    const int64_t *at = r->claim.floors.at;
+    size_t n = 0;
+    for (size_t i = 0; i < k->pub_n; i++)
+        if (at[k->pub_part[i]] == 0 || k->pub_id[i] > at[k->pub_part[i]]) {
+            k->pub_id[n] = k->pub_id[i];
+            k->pub_part[n++] = k->pub_part[i];
+        }
+    k->pub_n = n;
+    size_t add = window_count(&r->win, ROW_MASK(ROW_MARKING));
+    if (k->pub_n + add > KEEP_PUB_MAX) {
+        size_t drop = k->pub_n + add - KEEP_PUB_MAX;
+        drop = drop > k->pub_n ? k->pub_n : drop;
+        memmove(k->pub_id, k->pub_id + drop, (k->pub_n - drop) * sizeof(*k->pub_id));
+        memmove(k->pub_part, k->pub_part + drop, (k->pub_n - drop) * sizeof(*k->pub_part));
+        k->pub_n -= drop;
+    }
+    if (k->pub_n + add > k->pub_cap) {
+        k->pub_cap = (k->pub_n + add) * 2;
+        k->pub_id = xrealloc(k->pub_id, k->pub_cap * sizeof(*k->pub_id));
+        k->pub_part = xrealloc(k->pub_part, k->pub_cap * sizeof(*k->pub_part));
+    }
+    for (size_t i = 0; i < r->win.n && k->pub_n < k->pub_cap; i++)
+        if (r->win.rows[i].state == ROW_MARKING) {
+            k->pub_id[k->pub_n] = r->win.rows[i].id;
+            k->pub_part[k->pub_n++] = r->win.rows[i].partition;
+        }
+}
+
+void keep_forget_published(struct relay *r)
+{
+    r->keep.pub_n = 0;
+}
+
+/* The claim's $1: the rows in flight, and in keep mode those recorded above the floors. */
+void keep_claim_skip(const struct relay *r, struct strbuf *ids)
+{
+    window_ids_literal(&r->win, ~0u, 0, ids);
+    if (!r->cfg->keep || r->keep.pub_n == 0)
+        return;
+    ids->buf[--ids->len] = '\0'; /* reopen the array */
+    for (size_t i = 0; i < r->keep.pub_n; i++)
+        pgarray_int(ids, r->keep.pub_id[i]);
+    pgarray_close(ids);
+}
+
 /* ---- the audit: rows at or below W that were never published ---------------------- */
 
 static void audit_ok(struct relay *r, PGresult *res)
@@ -407,6 +464,7 @@ void keep_mark_result(struct relay *r, const PGresult *res)
     long long refused = pg_int(PQgetvalue(res, 0, KEEP_MARK_REFUSED));
     r->keep.dirty = 1;
     if (refused > 0) {
+        keep_forget_published(r); /* which rows were refused is not said: none is listed */
         r->m.keep_refused_total += (uint64_t)refused;
         log_warn("keep: %lld acknowledged rows not recorded: this session no longer holds their lease "
                  "partitions (their new holder publishes them again)", refused);

@@ -30,6 +30,7 @@ void lease_lose_all(struct relay *r, const char *why)
         r->lease.part[p].state = LEASE_FREE;
         lost++;
     }
+    keep_forget_published(r); /* a mark may have been refused for them */
     if (!lost)
         return;
     r->m.lease_lost_total += (uint64_t)lost;
@@ -116,6 +117,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
         int64_t wait = clean ? 0 : r->lease.grace_ms;
         r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
         r->claim.floors.at[p] = 0; /* another relay may have left rows anywhere in it */
+        keep_forget_published(r);
         snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s/%s", p,
                  PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN), r->lease.incarnation);
         r->lease.part[p].publish_from_ms = now + wait;
@@ -149,6 +151,7 @@ static void lease_release_ok(struct relay *r, PGresult *res)
             log_lease(r, p, "released", 0, now);
             n++;
         }
+    keep_forget_published(r);
     log_info("lease: released %d partitions; holding %d", n, lease_count_held(r->lease.part));
 }
 

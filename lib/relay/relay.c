@@ -115,6 +115,7 @@ static void worker_ready(void *ctx)
     r->claim.claimed_high = 0;
     r->claim.probe_high = 0;
     r->keep.session_checked = 0;
+    keep_forget_published(r);
     r->keep.check_due_ms = 0;
     relay_want_kick(r);
 }
@@ -286,6 +287,8 @@ void relay_free(struct relay *r)
     pauses_destroy(&r->paused);
     kshare_destroy(&r->kshare);
     floors_destroy(&r->claim.floors);
+    free(r->keep.pub_id);
+    free(r->keep.pub_part);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

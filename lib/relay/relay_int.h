@@ -110,6 +110,11 @@ struct keep_state {
     int64_t audit_due_ms;   /* the next partition's audit */
     int audit_next;         /* the partition after the one audited last */
     int audit_part;         /* the partition of the audit in flight */
+    /* Rows this relay recorded as published, above its floors: the claim skips them as it
+     * skips rows in flight (a hashed list) instead of looking each up in the records. */
+    int64_t *pub_id;
+    int *pub_part;
+    size_t pub_n, pub_cap;
 };
 
 /* lease.c */
@@ -221,6 +226,9 @@ void keep_check_send(struct relay *r);
 int keep_advance_due(const struct relay *r);
 void keep_advance_send(struct relay *r);
 void keep_mark_result(struct relay *r, const PGresult *res);
+void keep_published(struct relay *r, const PGresult *res);
+void keep_forget_published(struct relay *r);
+void keep_claim_skip(const struct relay *r, struct strbuf *ids);
 int keep_audit_due(const struct relay *r);
 void keep_audit_send(struct relay *r);
 
