@@ -368,8 +368,16 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
                   " (SELECT string_agg(c, ', ') FROM unnest(%s) c WHERE NOT EXISTS (SELECT 1"
                   "  FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = c"
                   "  AND NOT attisdropped)) AS missing_columns,"
-                  " %s AS placement_types",
-                  sql->version, n->table_q, n->table_q, n->table_q, placement, n->table_q, types);
+                  " %s AS placement_types,"
+                  /* the table is in keep mode once a watermark was set: read through
+                   * query_to_xml, so that a table without the watermark table (schema < 7,
+                   * the Debezium layout) or a role that may not read it answers NULL */
+                  " (SELECT CASE WHEN has_table_privilege(w, 'SELECT') THEN (xpath('/row/n/text()',"
+                  "   query_to_xml(format('SELECT count(*) AS n FROM (SELECT 1 FROM %%s LIMIT 1) s', w),"
+                  "   false, true, '')))[1]::text::int > 0 END"
+                  "  FROM to_regclass('%s.\"%s_watermark\"') w WHERE w IS NOT NULL) AS keep_table",
+                  sql->version, n->table_q, n->table_q, n->table_q, placement, n->table_q, types,
+                  n->schema_q, n->name);
     free(placement);
     free(types);
     sql->start_check = sb.buf;

@@ -84,7 +84,8 @@ enum start_check_col {
     START_CHECK_VERSION, START_CHECK_RLS_HIDES_ROWS, START_CHECK_PAYLOAD_TYPE,
     START_CHECK_DEBEZIUM_LAYOUT, /* "t" when the table has the Debezium layout's relay_seq */
     START_CHECK_MISSING_COLUMNS, /* OUTBOX_ADDITIONAL_PLACEMENT columns the table lacks, or NULL */
-    START_CHECK_PLACEMENT_TYPES  /* their types, '|'-joined (outbox_sql.placement_types) */
+    START_CHECK_PLACEMENT_TYPES, /* their types, '|'-joined (outbox_sql.placement_types) */
+    START_CHECK_KEEP_TABLE       /* "t" when a keep-mode watermark was set (NULL: unknown) */
 };
 enum row_failed_col {
     ROW_FAILED_STATUS, ROW_FAILED_ATTEMPTS, ROW_FAILED_EVENT_ID, ROW_FAILED_AGGREGATE_ID,

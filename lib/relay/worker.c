@@ -127,6 +127,15 @@ static void version_result(struct relay *r, PGresult *res)
             .ce_source = r->cfg->ce_source,
             .ce_content_type = r->cfg->ce_content_type[0] ? r->cfg->ce_content_type
                                                           : message_content_type(ptype)};
+        if (!r->cfg->keep && PQnfields(res) > START_CHECK_KEEP_TABLE &&
+            strcmp(PQgetvalue(res, 0, START_CHECK_KEEP_TABLE), "t") == 0) {
+            log_error("schema: %s is in keep mode (its watermarks are set: published rows were never "
+                      "marked) but OUTBOX_ON_SENT=%s would publish every one of them again: run with "
+                      "OUTBOX_ON_SENT=keep, or leave keep mode first (docs/OUTBOX-TABLE.md, Keep)",
+                      r->cfg->table, r->cfg->on_sent[0] ? r->cfg->on_sent : "mark (the default)");
+            relay_finish(r, OUTBOX_EXIT_FAILED);
+            break;
+        }
         if (r->cfg->keep && have < 7) {
             log_error("schema: OUTBOX_ON_SENT=keep needs schema version 7 (its watermark tables); "
                       "%s is at %d: run `outbox-relay migrate`", r->cfg->table, have);

@@ -12,7 +12,8 @@
 #    writer drew) is found, published, counted and logged; before it, the audit found none;
 #  - no row of the table was updated or deleted;
 #  - start-up refuses a sequence with CACHE 20 and a sequence rewound below the table's
-#    rows, each with a message that says what is wrong (exit 1).
+#    rows, and a relay in mark mode refuses the keep-mode table, each with a message that
+#    says what is wrong (exit 1).
 . "$(dirname "$0")/lib.sh"
 [ "$ON_SENT" = keep ] || fail "run with RELAYTEST_ON_SENT=keep"
 setup_db
@@ -107,6 +108,12 @@ refused() { # WHAT PATTERN
     log "$1: refused: $(grep -m1 -o "$2.*" "$WORK/refused.log" | cut -c1-100)"
 }
 relay_env
+# a relay of another mode would take every published row for PENDING: it refuses the table
+rc=0
+env "${RELAY_BASE_ENV[@]}" OUTBOX_ON_SENT=mark timeout 30 "$RELAYTEST_RELAY_BIN" >"$WORK/mark.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "is in keep mode .* OUTBOX_ON_SENT=mark would publish every one of them again" "$WORK/mark.log" ||
+    fail "a mark-mode relay on the keep-mode table: exit $rc: $(grep -m2 error "$WORK/mark.log")"
+log "a mark-mode relay refused the keep-mode table"
 psqlc "ALTER SEQUENCE outbox_id_seq CACHE 20"
 refused "CACHE 20" "has CACHE 20"
 psqlc "ALTER SEQUENCE outbox_id_seq CACHE 1"
