@@ -5,11 +5,11 @@ set -euo pipefail
 
 packages=(
     gcc pkg-config meson ninja-build
-    libpq-dev librdkafka-dev libev-dev libjansson-dev libmicrohttpd-dev
+    libpq-dev librdkafka-dev librabbitmq-dev libev-dev libjansson-dev libmicrohttpd-dev
     postgresql-15 postgresql-client-15
     openjdk-17-jre-headless maven
     valgrind curl jq prometheus clang libclang-rt-14-dev cppcheck
-    buildah mmdebstrap python3-venv pgbouncer
+    buildah mmdebstrap python3-venv pgbouncer rabbitmq-server
 )
 [ -n "${RELAYTEST_EXTRA_PACKAGES:-}" ] && read -r -a extra <<<"$RELAYTEST_EXTRA_PACKAGES" && packages+=("${extra[@]}")
 
@@ -23,7 +23,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || sudo=(sudo)
     export DEBIAN_FRONTEND=noninteractive
     "${sudo[@]}" apt-get update -q >&2
-    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+    # No service is started by the packages (rabbitmq-server's would hold port 5672 and an
+    # epmd): the tests and the demo start their own throwaway servers.
+    policy_made=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+        "${sudo[@]}" chmod +x /usr/sbin/policy-rc.d
+        policy_made=1
+    fi
+    rc=0
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 || rc=$?
+    [ -z "$policy_made" ] || "${sudo[@]}" rm -f /usr/sbin/policy-rc.d
+    [ "$rc" = 0 ] || exit "$rc"
 fi
 
 # The tests' Python tools, from PyPI into the project's own virtualenv: kubernetes-validate

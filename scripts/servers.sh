@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Starts a throwaway PostgreSQL 15 cluster and a single-node Kafka for tests, demo and bench.
+# Starts a throwaway PostgreSQL 15 cluster, a single-node Kafka and (unless
+# RELAYTEST_NO_RABBITMQ=1) a RabbitMQ node for tests, demo and bench.
 # Source it: `. scripts/servers.sh; servers_start` exports RELAYTEST_PG_PORT, RELAYTEST_PG_DIR,
-# RELAYTEST_KAFKA_PORT, RELAYTEST_KAFKA_DIR; `servers_stop` removes everything.
+# RELAYTEST_KAFKA_PORT, RELAYTEST_KAFKA_DIR, RELAYTEST_RABBITMQ_PORT, RELAYTEST_RABBITMQ_DIR;
+# `servers_stop` removes everything.
 _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # free_ports N [BASE]: a port whose next N-1 ports are free too, below the kernel's
@@ -35,11 +37,20 @@ servers_start() {
     RELAYTEST_KAFKA_PORT=$(free_ports 2 "${RELAYTEST_KAFKA_PORT_BASE:-$((10000 + (RANDOM % 3000) * 2))}")
     export RELAYTEST_KAFKA_PORT
     bash "$_here/../test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT" || return 1
-    echo "servers: PostgreSQL on 127.0.0.1:$RELAYTEST_PG_PORT, Kafka on 127.0.0.1:$RELAYTEST_KAFKA_PORT ($RELAYTEST_SERVERS_DIR)" >&2
+    local rabbit=""
+    if [ "${RELAYTEST_NO_RABBITMQ:-}" != 1 ]; then
+        export RELAYTEST_RABBITMQ_DIR=$RELAYTEST_SERVERS_DIR/rabbitmq
+        RELAYTEST_RABBITMQ_PORT=$(free_ports 3 "${RELAYTEST_RABBITMQ_PORT_BASE:-$((6000 + (RANDOM % 900) * 4))}")
+        export RELAYTEST_RABBITMQ_PORT
+        bash "$_here/../test/env/rabbitmq.sh" start "$RELAYTEST_RABBITMQ_DIR" "$RELAYTEST_RABBITMQ_PORT" || return 1
+        rabbit=", RabbitMQ on 127.0.0.1:$RELAYTEST_RABBITMQ_PORT"
+    fi
+    echo "servers: PostgreSQL on 127.0.0.1:$RELAYTEST_PG_PORT, Kafka on 127.0.0.1:$RELAYTEST_KAFKA_PORT$rabbit ($RELAYTEST_SERVERS_DIR)" >&2
 }
 
 servers_stop() {
     [ -n "${RELAYTEST_SERVERS_DIR:-}" ] || return 0
+    [ -z "${RELAYTEST_RABBITMQ_DIR:-}" ] || bash "$_here/../test/env/rabbitmq.sh" stop "$RELAYTEST_RABBITMQ_DIR" || true
     bash "$_here/../test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR" || true
     bash "$_here/../test/env/pg.sh" kill "$RELAYTEST_PG_DIR" >/dev/null 2>&1 || true
     rm -rf "$RELAYTEST_SERVERS_DIR"

@@ -18,6 +18,7 @@
 #include "relay/relay.h"
 #include "relay/schema.h"
 #include "core/kafka.h"
+#include "sink/rabbitmq.h"
 #include "sink/sink.h"
 
 #ifndef OUTBOX_VERSION
@@ -133,7 +134,8 @@ static int on_connection(const struct config *cfg, const struct command *cmd, co
     return rc < 0 ? OUTBOX_EXIT_FAILED : rc;
 }
 
-/* Reaches PostgreSQL and Kafka once: OK if both answer, FAILED otherwise. */
+/* Reaches PostgreSQL and the broker (Kafka, or RabbitMQ with OUTBOX_SINK=rabbitmq: logged
+ * in, the exchange declared or found) once: OK if both answer, FAILED otherwise. */
 static int check_config(const struct config *cfg)
 {
     int reached = 1;
@@ -144,8 +146,17 @@ static int check_config(const struct config *cfg)
     } else {
         reached = 0;
     }
-    if (kafka_check_reachable(cfg->kafka, cfg->n_kafka) != 0)
+    if (cfg->rabbitmq) {
+        char err[1024];
+        if (sink_rabbitmq_check(cfg, err, sizeof(err)) != 0) {
+            log_error("check-config: rabbitmq: %s", err);
+            reached = 0;
+        } else {
+            log_info("check-config: rabbitmq reachable (exchange %s)", cfg->rabbitmq_exchange);
+        }
+    } else if (kafka_check_reachable(cfg->kafka, cfg->n_kafka) != 0) {
         reached = 0;
+    }
     return reached ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
 
@@ -166,8 +177,9 @@ int main(int argc, char **argv)
     } else if (cmd.show_help) {
         config_print_help(stdout);
     } else if (cmd.show_version) {
-        printf("outbox-relay %s (librdkafka %s, libpq %d.%d, schema version %d)\n", OUTBOX_VERSION,
-               rd_kafka_version_str(), PQlibVersion() / 10000, PQlibVersion() % 100, schema_version());
+        printf("outbox-relay %s (librdkafka %s, librabbitmq %s, libpq %d.%d, schema version %d)\n",
+               OUTBOX_VERSION, rd_kafka_version_str(), sink_rabbitmq_version(), PQlibVersion() / 10000,
+               PQlibVersion() % 100, schema_version());
     } else {
         log_setup(cfg.log_level, cfg.log_format);
         if (cmd.check_config)

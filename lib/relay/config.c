@@ -104,6 +104,25 @@ static const struct setting settings[] = {
     {"OUTBOX_RELAY_NAME", "relay-name", SETTING_STRING, OFF(relay_name), "", 0, 0,
      config_check_relay_name, "this relay's name (at most 50 printable ASCII characters) in logs, application_name and status; "
      "empty uses the host name"},
+    {"OUTBOX_SINK", "sink", SETTING_STRING, OFF(sink), "kafka", 0, 0, config_check_sink,
+     "kafka: publish to Kafka (the OUTBOX_KAFKA_* settings); rabbitmq: publish to a RabbitMQ "
+     "topic exchange with publisher confirms (the OUTBOX_RABBITMQ_* settings)"},
+    {"OUTBOX_RABBITMQ_URL", "rabbitmq-url", SETTING_STRING, OFF(rabbitmq_url), "", 0, 0,
+     config_check_rabbitmq_url,
+     "rabbitmq sink: the broker, amqp://user:password@host:port/vhost (without a path: the "
+     "vhost '/'; a '/' in a vhost's name written %2F). Prefer OUTBOX_RABBITMQ_URL_FILE for the password"},
+    {"OUTBOX_RABBITMQ_EXCHANGE", "rabbitmq-exchange", SETTING_STRING, OFF(rabbitmq_exchange),
+     "outbox", 0, 0, config_check_rabbitmq_exchange,
+     "rabbitmq sink: the durable topic exchange messages are published to, the row's topic as "
+     "routing key; declared when absent, checked passively when the user may not declare it"},
+    {"OUTBOX_RABBITMQ_CONFIRM_TIMEOUT_MS", "rabbitmq-confirm-timeout-ms", SETTING_INT,
+     OFF(rabbitmq_confirm_timeout_ms), "30000", 100, 3600000, NULL,
+     "rabbitmq sink: a publisher confirm not received within this fails the messages "
+     "unconfirmed (published again; the connection is made anew)"},
+    {"OUTBOX_RABBITMQ_MAX_MESSAGE_BYTES", "rabbitmq-max-message-bytes", SETTING_INT,
+     OFF(rabbitmq_max_message_bytes), "16777216", 1024, 536870912, NULL,
+     "rabbitmq sink: rows with a larger payload are parked before publishing (set it to the "
+     "broker's max_message_size; a larger message would close the channel)"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      config_check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
@@ -208,6 +227,10 @@ static int check_command(const struct config *cfg, const struct command *cmd, ch
         return set_err(err, errlen, "--until needs --since");
     if (strcmp(c, "audit") == 0 && (cmd->id || cmd->key || cmd->limit || cmd->dry_run))
         return set_err(err, errlen, "audit: only --since T, --until T and --json apply");
+    if (strcmp(c, "audit") == 0 && strcmp(cfg->sink, "rabbitmq") == 0)
+        return set_err(err, errlen, "audit: it compares the table with Kafka's topics; with "
+                       "OUTBOX_SINK=rabbitmq there is no log to read back (a queue is consumed once), "
+                       "so it does not run");
     if (strcmp(cfg->on_sent, "delete") == 0 &&
         (strcmp(c, "replay") == 0 || strcmp(c, "audit") == 0 || strcmp(c, "purge") == 0))
         return set_err(err, errlen, "%s: OUTBOX_ON_SENT=delete keeps no SENT rows (each row is "
@@ -238,6 +261,11 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
     if (cfg->keep && cfg->debezium)
         return set_err(err, errlen, "OUTBOX_ON_SENT=keep: the native layout's only (Debezium's outbox "
                        "table has no lease partitions by id to keep a watermark on); use mark or delete");
+    if (strcmp(cfg->sink, "rabbitmq") == 0 && !cfg->rabbitmq_url[0])
+        return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: required with OUTBOX_SINK=rabbitmq "
+                       "(amqp://user:password@host:port/vhost)");
+    if (strcmp(cfg->sink, "rabbitmq") != 0 && cfg->rabbitmq_url[0])
+        return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: applies only with OUTBOX_SINK=rabbitmq");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -254,6 +282,7 @@ static void derive(struct config *cfg)
         cfg->on_sent = xstrdup(cfg->debezium ? "delete" : "mark");
     }
     cfg->keep = strcmp(cfg->on_sent, "keep") == 0;
+    cfg->rabbitmq = strcmp(cfg->sink, "rabbitmq") == 0;
     settings_parse_duration(cfg->retention, &cfg->retention_seconds);
     if (cfg->relay_name[0] == '\0') {
         char host[256] = "";

@@ -43,6 +43,12 @@ struct config {
     int topic_pause_ms;
     int lease_timeout_ms;
     int watermark_audit_ms; /* keep mode: the audit of rows below the watermarks, per round */
+    char *sink;        /* "kafka" (default) or "rabbitmq" */
+    int rabbitmq;      /* sink is "rabbitmq" */
+    char *rabbitmq_url;
+    char *rabbitmq_exchange;
+    int rabbitmq_confirm_timeout_ms;
+    int rabbitmq_max_message_bytes;
     enum log_level log_level;
     enum log_format log_format;
     char *log_level_name;

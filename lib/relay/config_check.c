@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "relay/config_int.h"
+#include "sink/rabbitmq.h"
 #include "core/dsn.h"
 #include "core/util.h"
 
@@ -129,6 +130,30 @@ int config_check_on_sent(const char *v, char *err, size_t errlen)
 {
     if (v[0] && strcmp(v, "mark") != 0 && strcmp(v, "delete") != 0 && strcmp(v, "keep") != 0)
         return set_err(err, errlen, "expected mark, delete or keep, got '%s'", v);
+    return 0;
+}
+
+int config_check_sink(const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "kafka") != 0 && strcmp(v, "rabbitmq") != 0)
+        return set_err(err, errlen, "expected kafka or rabbitmq, got '%s'", v);
+    return 0;
+}
+
+int config_check_rabbitmq_url(const char *v, char *err, size_t errlen)
+{
+    return v[0] ? sink_rabbitmq_check_url(v, err, errlen) : 0;
+}
+
+/* An AMQP short string of printable characters. */
+int config_check_rabbitmq_exchange(const char *v, char *err, size_t errlen)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 255)
+        return set_err(err, errlen, "expected an exchange name of 1 to 255 characters");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x21 || (unsigned char)v[i] == 0x7f)
+            return set_err(err, errlen, "exchange name '%s': no spaces or control characters", v);
     return 0;
 }
 

@@ -169,6 +169,10 @@ int message_build_layout(const struct outbox_row *row, const struct message_layo
     msg->n_headers = 0;
     msg->n_row_headers = 0;
     msg->json = NULL;
+    msg->event_id = row->event_id;
+    msg->event_type = row->event_type;
+    msg->content_type = lay->content_type;
+    msg->created_ms = row->created_ms;
     msg->topic = row->topic ? xstrdup(row->topic)
                             : message_topic(lay->topic_template, row->aggregate_type, row->event_type);
     if (!message_topic_valid(msg->topic)) {

@@ -42,6 +42,12 @@ struct message {
     size_t n_row_headers; /* of them, the row's own */
     void *json;           /* the row's parsed headers (jansson), owned */
     char ce_time[32];     /* ce_time's value (RFC 3339, UTC, milliseconds) */
+    /* The row's fields a sink with message properties of its own (RabbitMQ) sets them from;
+     * borrowed from the row and the layout. */
+    const char *event_id;
+    const char *event_type;
+    const char *content_type; /* the payload column's (layout's content_type), or NULL */
+    int64_t created_ms;
 };
 
 /* How rows become messages: set once per relay (or replay) from its settings and table. */
@@ -55,6 +61,9 @@ struct message_layout {
      * ce_* makes the row unpublishable (reserved). */
     const char *ce_source;
     const char *ce_content_type;
+    /* the payload column's content type (message_content_type), for sinks with a
+     * content-type property of their own; NULL: none */
+    const char *content_type;
 };
 
 /* The content-type CloudEvents messages get for a payload column of this type (format_type:

@@ -73,6 +73,9 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
             {"outbox_id", id},
         },
         .n_headers = 5,
+        .event_id = row->event_id,
+        .event_type = row->event_type,
+        .created_ms = row->created_ms,
     };
     /* Only a payload that fits: the reason may be that it is too large. */
     int with_payload = row->payload && row->payload_len < 512 * 1024;

@@ -253,7 +253,8 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     int bytea = strcmp(ptype, "bytea") == 0; /* sent as hex, decoded below */
     const struct message_layout lay = {
         .topic_template = cfg->topic_template, .debezium = cfg->debezium, .ce_source = cfg->ce_source,
-        .ce_content_type = cfg->ce_content_type[0] ? cfg->ce_content_type : message_content_type(ptype)};
+        .ce_content_type = cfg->ce_content_type[0] ? cfg->ce_content_type : message_content_type(ptype),
+        .content_type = message_content_type(ptype)};
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);

@@ -126,7 +126,8 @@ static void version_result(struct relay *r, PGresult *res)
             .topic_template = r->cfg->topic_template, .debezium = r->cfg->debezium,
             .ce_source = r->cfg->ce_source,
             .ce_content_type = r->cfg->ce_content_type[0] ? r->cfg->ce_content_type
-                                                          : message_content_type(ptype)};
+                                                          : message_content_type(ptype),
+            .content_type = message_content_type(ptype)};
         if (!r->cfg->keep && PQnfields(res) > START_CHECK_KEEP_TABLE &&
             strcmp(PQgetvalue(res, 0, START_CHECK_KEEP_TABLE), "t") == 0) {
             log_error("schema: %s is in keep mode (its watermarks are set: published rows were never "

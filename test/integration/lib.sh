@@ -133,6 +133,22 @@ else
     OUTBOX_COLS="aggregate_type, aggregate_id, event_type, payload"
     ID_HEADER=event_id
 fi
+
+# RELAYTEST_SINK=rabbitmq runs a test with the relays publishing to RabbitMQ (the node of
+# scripts/servers.sh, RELAYTEST_RABBITMQ_PORT): each test gets its own exchange AMQP_EXCHANGE
+# and a durable queue AMQP_QUEUE bound to it for every topic of the test ($TOPIC_PREFIX.#),
+# and `check` reads that queue instead of Kafka (test/tools/amqp_check.c: every row's message
+# once or more, per-key order of first deliveries, persistent, the headers).
+SINK=${RELAYTEST_SINK:-kafka}
+if [ "$SINK" = rabbitmq ]; then
+    : "${RELAYTEST_RABBITMQ_PORT:?run through scripts/test.sh (RabbitMQ not started)}"
+    AMQP_URL=amqp://guest:guest@127.0.0.1:$RELAYTEST_RABBITMQ_PORT
+    AMQP_EXCHANGE=$TOPIC_PREFIX.exchange
+    AMQP_QUEUE=$TOPIC_PREFIX.queue
+    "$RELAYTEST_AMQP_BIN" bind "$AMQP_URL" "$AMQP_EXCHANGE" "$AMQP_QUEUE" "$TOPIC_PREFIX.#" ||
+        { log "FAIL: cannot bind a queue on RabbitMQ (port $RELAYTEST_RABBITMQ_PORT)"; exit 1; }
+fi
+
 outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbox)
     local t=${1:-outbox}
     local cols="id, event_id, aggregate_type, aggregate_id, event_type, topic, payload, headers"
@@ -209,6 +225,8 @@ relay_env() {
         OUTBOX_HTTP_ADDR="127.0.0.1:$RELAY_HTTP_PORT"
         OUTBOX_TOPIC_TEMPLATE="$TOPIC_PREFIX.{aggregate_type}" OUTBOX_LOG_LEVEL="${RELAY_LOG_LEVEL:-info}"
         OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}" OUTBOX_ON_SENT="$ON_SENT" OUTBOX_LAYOUT="$LAYOUT")
+    [ "$SINK" != rabbitmq ] || RELAY_BASE_ENV+=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$AMQP_URL"
+        OUTBOX_RABBITMQ_EXCHANGE="$AMQP_EXCHANGE")
 }
 
 # start_relay NAME [flags...]: runs the relay in the background, log in $WORK/relay-NAME.log
@@ -328,6 +346,16 @@ check() {
     "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
         -c "SELECT id, event_id, aggregate_id, $value FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv"
+    if [ "$SINK" = rabbitmq ]; then # the queue bound to every topic; --exact as Kafka's check
+        local exact=
+        [[ " $* " == *" --exact "* ]] && exact=--exact
+        "$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$AMQP_QUEUE" "$WORK/expected.tsv" $exact \
+            >"$WORK/check.out" 2>"$WORK/check.err"
+        local rc=$?
+        cat "$WORK/check.out"
+        head -20 "$WORK/check.err" | sed 's/^/# /' || true
+        return $rc
+    fi
     "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" \
         --id-header "$ID_HEADER" "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"

@@ -1,0 +1,283 @@
+/* The tests' RabbitMQ side (librabbitmq), for the relay's RabbitMQ sink:
+ *   amqp-check bind URL EXCHANGE QUEUE KEY
+ *       declares the durable topic exchange (as the relay does), a durable queue and a
+ *       binding of the queue to the exchange with KEY
+ *   amqp-check depth URL QUEUE
+ *       prints the queue's ready messages
+ *   amqp-check check URL QUEUE EXPECTED [--exact] [--idle-ms N]
+ *       consumes QUEUE until it stays empty for N ms (default 2000) and compares it with
+ *       EXPECTED (TSV: id, event_id, aggregate_id, as the integration tests write it): every
+ *       row's message there (message_id = event_id), no other message, per-key order of first
+ *       deliveries (ids ascending within an aggregate_id), and each message persistent with
+ *       the headers event_id = message_id and aggregate_id = the row's, and app_id set;
+ *       --exact: no duplicates either. Prints one line
+ *       CHECK expected=N received=N unique=N duplicates=N missing=N unexpected=N
+ *             order_violations=N bad_properties=N
+ *       and exits 1 when a condition fails (2 on a usage or connection error). */
+#ifdef OUTBOX_RABBITMQ_C_HEADERS
+#include <rabbitmq-c/amqp.h>
+#include <rabbitmq-c/tcp_socket.h>
+#else
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+struct row {
+    long long id;
+    char *event_id;
+    char *key;
+    int seen;
+};
+
+static struct row *rows;
+static size_t n_rows;
+
+static void die(const char *what, amqp_rpc_reply_t r)
+{
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return;
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
+        fprintf(stderr, "amqp-check: %s: %s\n", what, amqp_error_string2(r.library_error));
+    else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = r.reply.decoded;
+        fprintf(stderr, "amqp-check: %s: channel closed: %u %.*s\n", what, m->reply_code,
+                (int)m->reply_text.len, (char *)m->reply_text.bytes);
+    } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+        amqp_connection_close_t *m = r.reply.decoded;
+        fprintf(stderr, "amqp-check: %s: connection closed: %u %.*s\n", what, m->reply_code,
+                (int)m->reply_text.len, (char *)m->reply_text.bytes);
+    } else {
+        fprintf(stderr, "amqp-check: %s: failed (reply type %d)\n", what, (int)r.reply_type);
+    }
+    exit(2);
+}
+
+static amqp_connection_state_t open_conn(const char *url_arg)
+{
+    char *url = strdup(url_arg);
+    struct amqp_connection_info info;
+    amqp_default_connection_info(&info);
+    if (amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
+        fprintf(stderr, "amqp-check: bad URL\n");
+        exit(2);
+    }
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    if (!sock || amqp_socket_open(sock, info.host, info.port) != AMQP_STATUS_OK) {
+        fprintf(stderr, "amqp-check: cannot connect to %s:%d\n", info.host, info.port);
+        exit(2);
+    }
+    die("login", amqp_login(conn, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password));
+    amqp_channel_open(conn, 1);
+    die("channel.open", amqp_get_rpc_reply(conn));
+    free(url);
+    return conn;
+}
+
+static int cmd_bind(int argc, char **argv)
+{
+    if (argc != 6)
+        return 2;
+    amqp_connection_state_t conn = open_conn(argv[2]);
+    amqp_exchange_declare(conn, 1, amqp_cstring_bytes(argv[3]), amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                          amqp_empty_table);
+    die("exchange.declare", amqp_get_rpc_reply(conn));
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(argv[4]), 0, 1, 0, 0, amqp_empty_table);
+    die("queue.declare", amqp_get_rpc_reply(conn));
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(argv[4]), amqp_cstring_bytes(argv[3]),
+                    amqp_cstring_bytes(argv[5]), amqp_empty_table);
+    die("queue.bind", amqp_get_rpc_reply(conn));
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    return 0;
+}
+
+static int cmd_depth(int argc, char **argv)
+{
+    if (argc != 4)
+        return 2;
+    amqp_connection_state_t conn = open_conn(argv[2]);
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(conn, 1, amqp_cstring_bytes(argv[3]), 1, 0, 0, 0, amqp_empty_table);
+    die("queue.declare (passive)", amqp_get_rpc_reply(conn));
+    printf("%u\n", ok->message_count);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    return 0;
+}
+
+static void load_expected(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    char line[4096];
+    size_t cap = 0;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
+        if (!id || !ev || !key)
+            continue;
+        if (n_rows == cap) {
+            cap = cap ? cap * 2 : 1024;
+            struct row *grown = realloc(rows, cap * sizeof(*rows));
+            if (!grown)
+                abort();
+            rows = grown;
+        }
+        rows[n_rows++] = (struct row){atoll(id), strdup(ev), strdup(key), 0};
+    }
+    fclose(f);
+}
+
+static int by_event(const void *a, const void *b)
+{
+    return strcmp(((const struct row *)a)->event_id, ((const struct row *)b)->event_id);
+}
+
+static struct row *find_row(const amqp_bytes_t *id)
+{
+    char buf[256];
+    if (id->len >= sizeof(buf))
+        return NULL;
+    memcpy(buf, id->bytes, id->len);
+    buf[id->len] = 0;
+    struct row key = {.event_id = buf};
+    return bsearch(&key, rows, n_rows, sizeof(*rows), by_event);
+}
+
+/* Whether header name is the string want. */
+static int header_is(const amqp_basic_properties_t *p, const char *name, const char *want, size_t want_len)
+{
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return 0;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len == strlen(name) && memcmp(e->key.bytes, name, e->key.len) == 0)
+            return e->value.kind == AMQP_FIELD_KIND_UTF8 && e->value.value.bytes.len == want_len &&
+                   memcmp(e->value.value.bytes.bytes, want, want_len) == 0;
+    }
+    return 0;
+}
+
+/* per key: the highest id first delivered so far */
+struct key_high {
+    char *key;
+    long long high;
+};
+
+static long long *key_high(struct key_high **tab, size_t *n, const char *key)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*tab)[i].key, key) == 0)
+            return &(*tab)[i].high;
+    struct key_high *grown = realloc(*tab, (*n + 1) * sizeof(**tab));
+    if (!grown)
+        abort();
+    *tab = grown;
+    (*tab)[*n] = (struct key_high){strdup(key), -1};
+    return &(*tab)[(*n)++].high;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    if (argc < 5)
+        return 2;
+    int exact = 0, idle_ms = 2000;
+    for (int i = 5; i < argc; i++) {
+        if (strcmp(argv[i], "--exact") == 0)
+            exact = 1;
+        else if (strcmp(argv[i], "--idle-ms") == 0 && i + 1 < argc)
+            idle_ms = atoi(argv[++i]);
+        else
+            return 2;
+    }
+    load_expected(argv[4]);
+    qsort(rows, n_rows, sizeof(*rows), by_event);
+    amqp_connection_state_t conn = open_conn(argv[2]);
+    amqp_basic_qos(conn, 1, 0, 2000, 0);
+    die("basic.qos", amqp_get_rpc_reply(conn));
+    amqp_basic_consume(conn, 1, amqp_cstring_bytes(argv[3]), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+    die("basic.consume", amqp_get_rpc_reply(conn));
+    long long received = 0, unique = 0, dups = 0, unexpected = 0, order = 0, bad = 0;
+    struct key_high *highs = NULL;
+    size_t n_highs = 0;
+    for (;;) {
+        amqp_envelope_t env;
+        struct timeval tv = {idle_ms / 1000, (idle_ms % 1000) * 1000};
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
+            break;
+        die("consume", r);
+        received++;
+        const amqp_basic_properties_t *p = &env.message.properties;
+        struct row *row = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) ? find_row(&p->message_id) : NULL;
+        if (!row) {
+            if (unexpected++ < 5)
+                fprintf(stderr, "amqp-check: unexpected message (message_id %.*s)\n",
+                        (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) ? (int)p->message_id.len : 0,
+                        (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) ? (char *)p->message_id.bytes : "");
+        } else {
+            int ok = (p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG) && p->delivery_mode == AMQP_DELIVERY_PERSISTENT &&
+                     (p->_flags & AMQP_BASIC_APP_ID_FLAG) && p->app_id.len > 0 &&
+                     header_is(p, "event_id", row->event_id, strlen(row->event_id)) &&
+                     header_is(p, "aggregate_id", row->key, strlen(row->key));
+            if (!ok && bad++ < 5)
+                fprintf(stderr, "amqp-check: row %lld: not persistent, or app_id, event_id or aggregate_id "
+                        "header missing or wrong\n", row->id);
+            if (row->seen++) {
+                dups++;
+            } else {
+                unique++;
+                long long *high = key_high(&highs, &n_highs, row->key);
+                if (row->id < *high && order++ < 5)
+                    fprintf(stderr, "amqp-check: key %s: row %lld first delivered after row %lld\n", row->key,
+                            row->id, *high);
+                if (row->id > *high)
+                    *high = row->id;
+            }
+        }
+        amqp_basic_ack(conn, 1, env.delivery_tag, 0);
+        amqp_destroy_envelope(&env);
+    }
+    long long missing = 0;
+    for (size_t i = 0; i < n_rows; i++)
+        if (!rows[i].seen && missing++ < 5)
+            fprintf(stderr, "amqp-check: row %lld (event %s) missing\n", rows[i].id, rows[i].event_id);
+    printf("CHECK expected=%zu received=%lld unique=%lld duplicates=%lld missing=%lld unexpected=%lld "
+           "order_violations=%lld bad_properties=%lld\n", n_rows, received, unique, dups, missing, unexpected,
+           order, bad);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    for (size_t i = 0; i < n_highs; i++)
+        free(highs[i].key);
+    free(highs);
+    for (size_t i = 0; i < n_rows; i++) {
+        free(rows[i].event_id);
+        free(rows[i].key);
+    }
+    free(rows);
+    return missing || unexpected || order || bad || (exact && dups) ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 2;
+    if (argc >= 2 && strcmp(argv[1], "bind") == 0)
+        rc = cmd_bind(argc, argv);
+    else if (argc >= 2 && strcmp(argv[1], "depth") == 0)
+        rc = cmd_depth(argc, argv);
+    else if (argc >= 2 && strcmp(argv[1], "check") == 0)
+        rc = cmd_check(argc, argv);
+    if (rc == 2)
+        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY | depth URL QUEUE | "
+                        "check URL QUEUE EXPECTED [--exact] [--idle-ms N]\n");
+    return rc;
+}
