@@ -72,9 +72,9 @@ void produce_claimed(struct relay *r)
         struct message msg;
         char reason[512];
         if (!row.payload && slot->bytes > sink_max_message_bytes(r->sink)) {
-            snprintf(reason, sizeof(reason), "the payload (%lld bytes) is larger than the "
-                     "producer's message.max.bytes (%lld); it was never fetched",
-                     (long long)slot->bytes, sink_max_message_bytes(r->sink));
+            snprintf(reason, sizeof(reason), "the payload (%lld bytes) is larger than %s (%lld); "
+                     "it was never fetched", (long long)slot->bytes, r->sink->ops->max_message_name,
+                     sink_max_message_bytes(r->sink));
             poison_park_row(r, slot, &row, reason);
             continue;
         }

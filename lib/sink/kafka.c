@@ -515,6 +515,7 @@ int32_t sink_kafka_partition(const char *key, size_t keylen, int count)
 
 static const struct sink_ops kafka_ops = {
     .name = "kafka",
+    .max_message_name = "the producer's message.max.bytes",
     .free = k_free,
     .produce = k_produce,
     .recreate = k_recreate,

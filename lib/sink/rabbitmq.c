@@ -60,6 +60,8 @@ struct job {
     int returned;
     int err;
     int maybe_persisted;
+    unsigned gen;      /* the breaks the relay had been told of when it queued the job */
+    unsigned break_of; /* failed by break number break_of (0: not by a break) */
     char *routing_key;
     amqp_basic_properties_t props; /* its strings and headers point into this allocation */
     amqp_bytes_t body;
@@ -87,6 +89,12 @@ struct rabbitmq_sink {
     unsigned purge_req;
     int sockfd; /* of the thread's connection, -1 without: shutdown(2) unblocks a stuck send */
     atomic_int connected;
+    /* Per-key order through a break: the thread counts breaks that failed messages
+     * (break_gen); the loop, once it has served a break's failures (so the relay is
+     * resetting and will publish again from the lowest failed row), records seen_gen. A job
+     * queued before that (gen < break_gen) could overtake a failed row of its key on the
+     * new connection: it fails too, unsent. */
+    unsigned break_gen, seen_gen;
 
     /* the thread's own */
     amqp_connection_state_t conn;
@@ -432,7 +440,9 @@ static void disconnect(struct rabbitmq_sink *sk)
     sk->blocked = 0;
 }
 
-/* The connection is gone or no longer trusted: what is unconfirmed fails, possibly persisted. */
+/* The connection is gone or no longer trusted: what is unconfirmed fails, possibly persisted,
+ * and so does what is queued (unsent), in a new break the loop must see served before later
+ * jobs are published (see break_gen). */
 static void broken(struct rabbitmq_sink *sk, struct job_list *done, int err, const char *why)
 {
     int n = 0;
@@ -440,7 +450,20 @@ static void broken(struct rabbitmq_sink *sk, struct job_list *done, int err, con
         n++;
     log_warn("rabbitmq: %s; %d unconfirmed message%s will be published again, connecting anew", why,
              n, n == 1 ? "" : "s");
+    struct job_list queued;
+    list_init(&queued);
+    pthread_mutex_lock(&sk->mu);
+    list_append(&queued, &sk->in);
+    unsigned gen = sk->break_gen + 1;
+    if (sk->out.head || queued.head)
+        sk->break_gen = gen;
+    pthread_mutex_unlock(&sk->mu);
+    for (struct job *j = sk->out.head; j; j = j->next)
+        j->break_of = gen;
+    for (struct job *j = queued.head; j; j = j->next)
+        j->break_of = gen;
     fail_all(sk, done, &sk->out, err, 1);
+    fail_all(sk, done, &queued, err, 0);
     disconnect(sk);
     sk->next_connect_ms = mono_ms() + sk->backoff_ms;
 }
@@ -597,12 +620,23 @@ static void publish(struct rabbitmq_sink *sk, struct job_list *todo, struct job_
 {
     amqp_bytes_t exchange = amqp_cstring_bytes(sk->cfg->rabbitmq_exchange);
     int n = 0;
+    pthread_mutex_lock(&sk->mu);
+    unsigned break_gen = sk->break_gen;
+    pthread_mutex_unlock(&sk->mu);
     while (todo->head) {
-        if (!sk->conn) {
+        struct job *j = todo->head;
+        if (!sk->conn || j->gen < break_gen) { /* see break_gen */
+            if (sk->conn) {
+                todo->head = j->next;
+                if (!todo->head)
+                    todo->tail = &todo->head;
+                j->break_of = break_gen;
+                finish(sk, done, j, RMQ_ERR_CONNECTION, 0);
+                continue;
+            }
             fail_all(sk, done, todo, RMQ_ERR_CONNECTION, 0);
             return;
         }
-        struct job *j = todo->head;
         todo->head = j->next;
         if (!todo->head)
             todo->tail = &todo->head;
@@ -617,8 +651,12 @@ static void publish(struct rabbitmq_sink *sk, struct job_list *todo, struct job_
             broken(sk, done, RMQ_ERR_CONNECTION, why);
             continue;
         }
-        if (++n % 256 == 0) /* confirms keep coming while a long queue is sent */
+        if (++n % 256 == 0) { /* confirms keep coming while a long queue is sent */
             read_frames(sk, done);
+            pthread_mutex_lock(&sk->mu);
+            break_gen = sk->break_gen;
+            pthread_mutex_unlock(&sk->mu);
+        }
     }
 }
 
@@ -701,12 +739,21 @@ static void serve(struct rabbitmq_sink *sk)
     struct job *j = sk->done.head;
     list_init(&sk->done);
     pthread_mutex_unlock(&sk->mu);
+    unsigned seen = 0;
     while (j) {
         struct job *next = j->next;
         sk->pending--;
+        if (j->break_of > seen)
+            seen = j->break_of;
         sk->cb.on_delivery(sk->ctx, j->row_id, j->err, j->err ? j->routing_key : NULL, j->maybe_persisted);
         free(j);
         j = next;
+    }
+    if (seen) { /* the relay has been told of these breaks: what it queues now may go */
+        pthread_mutex_lock(&sk->mu);
+        if (seen > sk->seen_gen)
+            sk->seen_gen = seen;
+        pthread_mutex_unlock(&sk->mu);
     }
 }
 
@@ -785,6 +832,7 @@ static enum sink_queued r_produce(struct sink *base, const struct message *msg, 
     }
     struct job *j = job_new(sk->cfg, msg, key, value, value_len, timestamp_ms, row_id);
     pthread_mutex_lock(&sk->mu);
+    j->gen = sk->seen_gen;
     int was_empty = sk->in.head == NULL;
     list_push(&sk->in, j);
     pthread_mutex_unlock(&sk->mu);
@@ -939,6 +987,7 @@ static const char *r_err_str(int err)
 
 static const struct sink_ops rabbitmq_ops = {
     .name = "rabbitmq",
+    .max_message_name = "OUTBOX_RABBITMQ_MAX_MESSAGE_BYTES",
     .free = r_free,
     .produce = r_produce,
     .recreate = r_recreate,

@@ -51,6 +51,7 @@ struct sink;
 /* Each sink's operations; a sink's state begins with a struct sink. */
 struct sink_ops {
     const char *name; /* "kafka" */
+    const char *max_message_name; /* what max_message_bytes is, in the words of a parked row's reason */
     void (*free)(struct sink *sk);
     enum sink_queued (*produce)(struct sink *sk, const struct message *msg, const char *key,
                                 const char *value, size_t value_len, int64_t timestamp_ms,

@@ -2,6 +2,8 @@
  *   amqp-check bind URL EXCHANGE QUEUE KEY
  *       declares the durable topic exchange (as the relay does), a durable queue and a
  *       binding of the queue to the exchange with KEY
+ *   amqp-check declare URL EXCHANGE TYPE
+ *       declares a durable exchange of TYPE (direct, fanout, topic, headers)
  *   amqp-check depth URL QUEUE
  *       prints the queue's ready messages
  *   amqp-check check URL QUEUE EXPECTED [--exact] [--idle-ms N]
@@ -92,6 +94,19 @@ static int cmd_bind(int argc, char **argv)
     amqp_queue_bind(conn, 1, amqp_cstring_bytes(argv[4]), amqp_cstring_bytes(argv[3]),
                     amqp_cstring_bytes(argv[5]), amqp_empty_table);
     die("queue.bind", amqp_get_rpc_reply(conn));
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    return 0;
+}
+
+static int cmd_declare(int argc, char **argv)
+{
+    if (argc != 5)
+        return 2;
+    amqp_connection_state_t conn = open_conn(argv[2]);
+    amqp_exchange_declare(conn, 1, amqp_cstring_bytes(argv[3]), amqp_cstring_bytes(argv[4]), 0, 1, 0, 0,
+                          amqp_empty_table);
+    die("exchange.declare", amqp_get_rpc_reply(conn));
     amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(conn);
     return 0;
@@ -272,12 +287,14 @@ int main(int argc, char **argv)
     int rc = 2;
     if (argc >= 2 && strcmp(argv[1], "bind") == 0)
         rc = cmd_bind(argc, argv);
+    else if (argc >= 2 && strcmp(argv[1], "declare") == 0)
+        rc = cmd_declare(argc, argv);
     else if (argc >= 2 && strcmp(argv[1], "depth") == 0)
         rc = cmd_depth(argc, argv);
     else if (argc >= 2 && strcmp(argv[1], "check") == 0)
         rc = cmd_check(argc, argv);
     if (rc == 2)
-        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY | depth URL QUEUE | "
+        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY | declare URL EXCHANGE TYPE | depth URL QUEUE | "
                         "check URL QUEUE EXPECTED [--exact] [--idle-ms N]\n");
     return rc;
 }
