@@ -107,17 +107,6 @@ kill_relay() {
 metric() { metric_at "http://127.0.0.1:$http_port/metrics" "$1"; }
 marked() { metric outbox_marked_total; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# CPU ticks of the whole PostgreSQL server: the postmaster, its live children and the children
-# that have exited (the postmaster's cutime + cstime: autovacuum workers, ended sessions)
-pg_ticks() {
-    local pm t=0 c
-    pm=$(head -1 "$RELAYTEST_PG_DIR/data/postmaster.pid")
-    t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")
-    for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
-        c=$(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null) && t=$((t + c))
-    done
-    echo "$t"
-}
 tick_hz=$(getconf CLK_TCK)
 backlog() { # rows: a backlog of 1 KB JSON rows over 10,000 keys, vacuumed and analysed
     psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)

@@ -100,6 +100,18 @@ metric_at() {
     echo "$value"
 }
 
+# CPU ticks of the whole PostgreSQL server: the postmaster, its live children and the children
+# that have exited (the postmaster's cutime + cstime: autovacuum workers, ended sessions)
+pg_ticks() {
+    local pm t=0 c
+    pm=$(head -1 "$RELAYTEST_PG_DIR/data/postmaster.pid")
+    t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")
+    for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+        c=$(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null) && t=$((t + c))
+    done
+    echo "$t"
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 common_bench() {
