@@ -49,7 +49,7 @@ in_image() { image_cmd "$@"; "${IMG_CMD[@]}"; }
 mkdir -p "$WORK/mnt"
 
 in_image -- --version >"$WORK/version.out" 2>&1 || fail "--version in the image: $(cat "$WORK/version.out")"
-grep -Eq "^outbox-relay .*\(librdkafka [0-9]+\.[0-9]+\.[0-9]+, libpq [0-9]+\.[0-9]+, schema version [0-9]+\)" "$WORK/version.out" ||
+grep -Eq "^outbox-relay .*\(librdkafka [0-9]+\.[0-9]+\.[0-9]+, librabbitmq [0-9]+\.[0-9]+\.[0-9]+, libpq [0-9]+\.[0-9]+, schema version [0-9]+\)" "$WORK/version.out" ||
     fail "--version said: $(cat "$WORK/version.out")"
 in_image -- --entrypoint /usr/local/bin/outbox-inbox --version >"$WORK/iv.out" 2>&1 ||
     fail "outbox-inbox --version in the image: $(cat "$WORK/iv.out")"
