@@ -11,6 +11,7 @@
 #include "core/http.h"
 #include "inbox/inbox.h"
 #include "inbox/inbox_config.h"
+#include "inbox/source_rabbitmq.h"
 #include "core/log.h"
 #include "core/kafka.h"
 
@@ -44,6 +45,14 @@ static int check_config(const struct inbox_config *cfg)
         return OUTBOX_EXIT_FAILED;
     }
     log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
+    if (cfg->rabbitmq) {
+        if (source_rabbitmq_check(cfg, err, sizeof(err)) != 0) {
+            log_error("check-config: rabbitmq: %s", err);
+            return OUTBOX_EXIT_FAILED;
+        }
+        log_info("check-config: rabbitmq reachable, queues %s in place", cfg->rabbitmq_queues);
+        return OUTBOX_EXIT_OK;
+    }
     return kafka_check_reachable(cfg->kafka, cfg->n_kafka) == 0 ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }
 

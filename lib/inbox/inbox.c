@@ -78,11 +78,16 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
         code = OUTBOX_EXIT_USAGE;
         goto out;
     }
-    log_info("inbox: consuming %s in group %s into %s with %s (dedupe key: %s)", cfg->topics,
-             inbox_config_has_kafka(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>", cfg->table,
-             cfg->handler, cfg->n_key_parts ? cfg->dedupe_key
-                           : strcmp(cfg->event_id_header, "auto") == 0 ? "event_id, else id, else ce_source + ce_id"
-                                                                        : cfg->event_id_header);
+    const char *dedupe = cfg->n_key_parts ? cfg->dedupe_key
+                         : strcmp(cfg->event_id_header, "auto") == 0 ? "event_id, else id, else ce_source + ce_id"
+                                                                      : cfg->event_id_header;
+    if (cfg->rabbitmq)
+        log_info("inbox: consuming RabbitMQ queues %s into %s with %s (dedupe key: %s; message_id when the "
+                 "message has no such header)", cfg->rabbitmq_queues, cfg->table, cfg->handler, dedupe);
+    else
+        log_info("inbox: consuming %s in group %s into %s with %s (dedupe key: %s)", cfg->topics,
+                 inbox_config_has_kafka(cfg, "group.id") ? "(INBOX_KAFKA_GROUP_ID)" : "outbox-inbox.<INBOX_NAME>",
+                 cfg->table, cfg->handler, dedupe);
     ib->last_retention = mono_ms() - RETENTION_EVERY_MS + 5000;
     struct source_msg batch[INBOX_BATCH_MAX];
     struct incoming *in = xcalloc(INBOX_BATCH_MAX, sizeof(*in));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "sink/rabbitmq.h"
 
 #define OFF(f) offsetof(struct inbox_config, f)
 
@@ -14,6 +15,15 @@ static const struct setting settings[] = {
      "libpq connection string or URI of the consumer's database (required)"},
     {"INBOX_TOPICS", NULL, SETTING_STRING, OFF(topics), "", 0, 0, NULL,
      "topics to consume: a comma-separated list, or one `^regex` (required)"},
+    {"INBOX_SOURCE", NULL, SETTING_STRING, OFF(source), "kafka", 0, 0, NULL,
+     "kafka: consume INBOX_TOPICS in a consumer group (INBOX_KAFKA_*); rabbitmq: consume "
+     "INBOX_RABBITMQ_QUEUES, acknowledging each message after its commit"},
+    {"INBOX_RABBITMQ_URL", NULL, SETTING_STRING, OFF(rabbitmq_url), "", 0, 0, NULL,
+     "rabbitmq source: amqp://user:password@host:port/vhost (prefer INBOX_RABBITMQ_URL_FILE)"},
+    {"INBOX_RABBITMQ_QUEUES", NULL, SETTING_STRING, OFF(rabbitmq_queues), "", 0, 0, NULL,
+     "rabbitmq source: queues to consume, comma-separated (they must exist); the prefetch is twice "
+     "INBOX_BATCH_SIZE; with this source INBOX_DEAD_LETTER_TOPIC names a queue (published through the "
+     "default exchange, with a publisher confirm)"},
     {"INBOX_HANDLER", NULL, SETTING_STRING, OFF(handler), "", 0, 0, NULL,
      "SQL function `[schema.]name(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)` "
      "applied to each new message (required to run; found on the role's search_path when not qualified)"},
@@ -82,8 +92,21 @@ static int validate(struct inbox_config *cfg, char *err, size_t errlen)
         return set_err(err, errlen, "INBOX_TABLE: %s", why);
     if (!cfg->pg_dsn[0] && strcmp(cfg->command, "healthcheck") != 0)
         return set_err(err, errlen, "INBOX_PG_DSN: required (the consumer's database)");
-    if (!cfg->topics[0] && strcmp(cfg->command, "run") == 0)
+    if (strcmp(cfg->source, "kafka") != 0 && strcmp(cfg->source, "rabbitmq") != 0)
+        return set_err(err, errlen, "INBOX_SOURCE: expected kafka or rabbitmq, got '%s'", cfg->source);
+    cfg->rabbitmq = strcmp(cfg->source, "rabbitmq") == 0;
+    if (cfg->rabbitmq && strcmp(cfg->command, "run") == 0) {
+        char bad[256];
+        if (!cfg->rabbitmq_url[0])
+            return set_err(err, errlen, "INBOX_RABBITMQ_URL: required with INBOX_SOURCE=rabbitmq");
+        if (sink_rabbitmq_check_url(cfg->rabbitmq_url, bad, sizeof(bad)) != 0)
+            return set_err(err, errlen, "INBOX_RABBITMQ_URL: %s", bad);
+        if (!cfg->rabbitmq_queues[0])
+            return set_err(err, errlen, "INBOX_RABBITMQ_QUEUES: required with INBOX_SOURCE=rabbitmq (queues "
+                           "to consume, comma-separated)");
+    } else if (!cfg->topics[0] && strcmp(cfg->command, "run") == 0) {
         return set_err(err, errlen, "INBOX_TOPICS: required (a list of topics, or ^regex)");
+    }
     if (!cfg->handler[0] && strcmp(cfg->command, "run") == 0)
         return set_err(err, errlen, "INBOX_HANDLER: required (the SQL function applying each message)");
     if (cfg->handler[0] && strcspn(cfg->handler, "();'\" \t\n") != strlen(cfg->handler))

@@ -22,6 +22,10 @@ struct inbox_config {
     char *pg_dsn;
     char *pg_dsn_file; /* INBOX_PG_DSN_FILE's path, or NULL: read again at each reconnect */
     char *topics;            /* "a,b,c" or "^regex" */
+    char *source;            /* "kafka" (default) or "rabbitmq" */
+    int rabbitmq;            /* source is "rabbitmq" */
+    char *rabbitmq_url;
+    char *rabbitmq_queues;   /* "a,b" */
     char *handler;           /* [schema.]function taking (uuid, text, text, jsonb, jsonb) */
     char *name;              /* the inbox's handler column; default: the handler's name */
     char *table;             /* schema.table, "public." added when missing */

@@ -1,12 +1,17 @@
-/* Picking the source (one broker today: Kafka), and what every source's messages share. */
+/* Picking the source (INBOX_SOURCE: Kafka unless it says rabbitmq), and what every source's
+ * messages share. */
 #include "inbox/source.h"
 
 #include <string.h>
 
+#include "inbox/inbox_config.h"
 #include "inbox/source_kafka.h"
+#include "inbox/source_rabbitmq.h"
 
 struct source *source_new(const struct inbox_config *cfg, char *err, size_t errlen)
 {
+    if (cfg->rabbitmq)
+        return source_rabbitmq_new(cfg, err, errlen);
     return source_kafka_new(cfg, err, errlen);
 }
 
