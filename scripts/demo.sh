@@ -4,8 +4,24 @@
 # arriving in Kafka, and applies them once each to a billing database with outbox-inbox.
 # Ctrl-C stops everything cleanly and removes the servers.
 #   DEMO_SECONDS=N scripts/demo.sh   stops by itself after N seconds
+#   scripts/demo.sh --broker rabbitmq
+#                                    the same with a throwaway RabbitMQ node instead of Kafka:
+#                                    the relay publishes to the exchange outbox, outbox-inbox
+#                                    consumes the queue billing bound to it
 set -euo pipefail
 cd "$(dirname "$0")/.."
+broker=kafka
+while [ $# -gt 0 ]; do
+    case $1 in
+    --broker) broker=${2:-}; shift 2 || { echo "usage: $0 [--broker kafka|rabbitmq]" >&2; exit 2; } ;;
+    *) echo "usage: $0 [--broker kafka|rabbitmq]" >&2; exit 2 ;;
+    esac
+done
+case $broker in
+kafka) export RELAYTEST_NO_RABBITMQ=1 ;;
+rabbitmq) ;;
+*) echo "demo: --broker kafka or rabbitmq, not '$broker'" >&2; exit 2 ;;
+esac
 
 echo "== installing packages, fetching the Kafka broker (first run only), building"
 . scripts/common.sh
@@ -54,10 +70,18 @@ trap "finish terminated" TERM
 trap 'finish failed $?' EXIT
 workdir=$(mktemp -d /tmp/outbox-demo.XXXXXX)
 
-echo "== starting PostgreSQL 15 and Kafka"
+echo "== starting PostgreSQL 15 and Kafka$([ "$broker" = rabbitmq ] && echo " (unused by this demo) and RabbitMQ")"
 servers_start
 export OUTBOX_PG_DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=outbox"
 export OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KAFKA_PORT"
+inbox_source=()
+if [ "$broker" = rabbitmq ]; then
+    amqp_url=amqp://guest:guest@127.0.0.1:$RELAYTEST_RABBITMQ_PORT
+    export OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL=$amqp_url
+    echo "== declaring the queue billing, bound to the exchange outbox for outbox.event.order"
+    ./build/test/amqp-check bind "$amqp_url" outbox billing outbox.event.order
+    inbox_source=(INBOX_SOURCE=rabbitmq INBOX_RABBITMQ_URL="$amqp_url" INBOX_RABBITMQ_QUEUES=billing)
+fi
 
 echo "== outbox-relay migrate"
 ./build/outbox-relay migrate
@@ -92,12 +116,17 @@ echo "== starting the demo writer: one order and its outbox row per transaction"
 writer=$!
 
 echo "== starting outbox-inbox: each event applied once to billing (log: $workdir/inbox.log; /status on :9466)"
-INBOX_PG_DSN=$billing_dsn INBOX_KAFKA_BOOTSTRAP_SERVERS=$OUTBOX_KAFKA_BOOTSTRAP_SERVERS INBOX_TOPICS=outbox.event.order \
-    INBOX_HANDLER=book_order ./build/outbox-inbox >"$workdir/inbox.log" 2>&1 &
+env INBOX_PG_DSN="$billing_dsn" INBOX_KAFKA_BOOTSTRAP_SERVERS="$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" INBOX_TOPICS=outbox.event.order \
+    INBOX_HANDLER=book_order "${inbox_source[@]}" ./build/outbox-inbox >"$workdir/inbox.log" 2>&1 &
 inbox=$!
 
-echo "== events consumed from Kafka topic outbox.event.order (Ctrl-C to stop):"
-./build/outbox-tail --bootstrap "$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" --topic outbox.event.order --from-beginning &
+if [ "$broker" = rabbitmq ]; then
+    echo "== events arriving at the RabbitMQ exchange outbox, routing key outbox.event.order (Ctrl-C to stop):"
+    ./build/outbox-tail --rabbitmq "$amqp_url" --exchange outbox --topic outbox.event.order &
+else
+    echo "== events consumed from Kafka topic outbox.event.order (Ctrl-C to stop):"
+    ./build/outbox-tail --bootstrap "$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" --topic outbox.event.order --from-beginning &
+fi
 tail_pid=$!
 if [ -n "${DEMO_SECONDS:-}" ]; then
     sleep "$DEMO_SECONDS"

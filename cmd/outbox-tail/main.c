@@ -2,8 +2,20 @@
  * every partition, and for a CloudEvents binary-mode message (a ce_specversion header) a
  * second line with its attributes. For the demo and for operators checking what the relay
  * publishes.
- *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning] */
+ *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]
+ *   outbox-tail --rabbitmq URL [--exchange NAME] --topic KEY
+ * With RabbitMQ it binds a queue of its own (exclusive: gone when it exits; it takes no
+ * message from anyone else's queue) to the exchange (default outbox) with the binding key KEY
+ * (a routing key, or a pattern: orders.#) and prints what arrives from then on. */
 #include <librdkafka/rdkafka.h>
+#ifdef OUTBOX_RABBITMQ_C_HEADERS
+#include <rabbitmq-c/amqp.h>
+#include <rabbitmq-c/tcp_socket.h>
+#else
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#endif
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,21 +58,123 @@ static void on_signal(int sig)
     stop = 1;
 }
 
+static int amqp_failed(amqp_connection_state_t conn, const char *what)
+{
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        const amqp_channel_close_t *m = r.reply.decoded;
+        fprintf(stderr, "outbox-tail: %s: %u %.*s\n", what, m->reply_code, (int)m->reply_text.len,
+                (const char *)m->reply_text.bytes);
+    } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+        const amqp_connection_close_t *m = r.reply.decoded;
+        fprintf(stderr, "outbox-tail: %s: %u %.*s\n", what, m->reply_code, (int)m->reply_text.len,
+                (const char *)m->reply_text.bytes);
+    } else {
+        fprintf(stderr, "outbox-tail: %s: %s\n", what,
+                r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error) : "failed");
+    }
+    return 1;
+}
+
+static int tail_rabbitmq(const char *url_arg, const char *exchange, const char *key)
+{
+    char *url = strdup(url_arg);
+    struct amqp_connection_info info;
+    amqp_default_connection_info(&info);
+    if (!url || amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
+        fprintf(stderr, "outbox-tail: --rabbitmq: not an AMQP URI (amqp://user:password@host:port/vhost)\n");
+        free(url);
+        return 2;
+    }
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    int rc = 2;
+    if (!sock || amqp_socket_open(sock, info.host, info.port) != AMQP_STATUS_OK) {
+        fprintf(stderr, "outbox-tail: cannot connect to %s:%d\n", info.host, info.port);
+        goto out;
+    }
+    amqp_rpc_reply_t login = amqp_login(conn, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password);
+    if (login.reply_type != AMQP_RESPONSE_NORMAL) {
+        fprintf(stderr, "outbox-tail: logging in to %s:%d refused\n", info.host, info.port);
+        goto out;
+    }
+    amqp_channel_open(conn, 1);
+    if (amqp_failed(conn, "channel.open"))
+        goto out;
+    amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                          amqp_empty_table);
+    if (amqp_failed(conn, "declaring the exchange (a durable topic exchange, as the relay declares it)"))
+        goto out;
+    amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+    if (amqp_failed(conn, "declaring a queue") || !q)
+        goto out;
+    amqp_bytes_t queue = amqp_bytes_malloc_dup(q->queue);
+    amqp_queue_bind(conn, 1, queue, amqp_cstring_bytes(exchange), amqp_cstring_bytes(key), amqp_empty_table);
+    if (!amqp_failed(conn, "binding") &&
+        (amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table), !amqp_failed(conn, "consuming"))) {
+        fprintf(stderr, "outbox-tail: reading exchange %s, binding key %s\n", exchange, key);
+        rc = 0;
+    }
+    amqp_bytes_free(queue);
+    while (rc == 0 && !stop) {
+        amqp_envelope_t env;
+        struct timeval tv = {0, 500000};
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
+            continue;
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            fprintf(stderr, "outbox-tail: the connection ended\n");
+            rc = 1;
+            break;
+        }
+        const amqp_basic_properties_t *p = &env.message.properties;
+        printf("%.*s", (int)env.routing_key.len, (const char *)env.routing_key.bytes);
+        if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+            printf(" message_id=%.*s", (int)p->message_id.len, (const char *)p->message_id.bytes);
+        for (int i = 0; (p->_flags & AMQP_BASIC_HEADERS_FLAG) && i < p->headers.num_entries; i++) {
+            const amqp_table_entry_t *e = &p->headers.entries[i];
+            if (e->value.kind == AMQP_FIELD_KIND_UTF8)
+                printf(" %.*s=%.*s", (int)e->key.len, (const char *)e->key.bytes, (int)e->value.value.bytes.len,
+                       (const char *)e->value.value.bytes.bytes);
+        }
+        printf(" value=%.*s\n", (int)env.message.body.len, (const char *)env.message.body.bytes);
+        fflush(stdout);
+        amqp_destroy_envelope(&env);
+    }
+out:
+    amqp_destroy_connection(conn);
+    free(url);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *bootstrap = NULL, *topic = NULL;
+    const char *bootstrap = NULL, *topic = NULL, *rabbitmq = NULL, *exchange = "outbox";
     int from_beginning = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
             bootstrap = argv[++i];
+        else if (!strcmp(argv[i], "--rabbitmq") && i + 1 < argc)
+            rabbitmq = argv[++i];
+        else if (!strcmp(argv[i], "--exchange") && i + 1 < argc)
+            exchange = argv[++i];
         else if (!strcmp(argv[i], "--topic") && i + 1 < argc)
             topic = argv[++i];
         else if (!strcmp(argv[i], "--from-beginning"))
             from_beginning = 1;
         else {
-            fprintf(stderr, "usage: outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]\n");
+            fprintf(stderr, "usage: outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]\n"
+                            "       outbox-tail --rabbitmq URL [--exchange NAME] --topic KEY\n");
             return 2;
         }
+    }
+    if (rabbitmq && topic) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        return tail_rabbitmq(rabbitmq, exchange, topic);
     }
     if (!bootstrap || !topic) {
         fprintf(stderr, "outbox-tail: --bootstrap and --topic are required\n");

@@ -8,14 +8,16 @@
 
 group_gone() { ! pgrep -g "$1" >/dev/null; }
 
-# run_demo HOW: runs scripts/demo.sh in its own process group; HOW is ctrl-c or seconds.
+# run_demo HOW: runs scripts/demo.sh in its own process group; HOW is ctrl-c, seconds, or
+# rabbitmq (seconds, with --broker rabbitmq).
 run_demo() {
     local how=$1 out=$WORK/demo-$1.out pgid rc=0
-    local seconds=
-    [ "$how" = seconds ] && seconds=16
+    local seconds= args=()
+    [ "$how" != ctrl-c ] && seconds=16
+    [ "$how" = rabbitmq ] && args=(--broker rabbitmq)
     # A terminal's foreground job has SIGINT at its default; a background job of this script
     # would start with it ignored (and bash cannot trap a signal ignored at entry).
-    DEMO_SECONDS=$seconds setsid env --default-signal=INT bash "$RELAYTEST_SRC/scripts/demo.sh" >"$out" 2>&1 &
+    DEMO_SECONDS=$seconds setsid env --default-signal=INT bash "$RELAYTEST_SRC/scripts/demo.sh" "${args[@]}" >"$out" 2>&1 &
     pgid=$!
     DEMO_PIDS+=("$pgid")
     if [ "$how" = ctrl-c ]; then
@@ -32,7 +34,7 @@ run_demo() {
     sed 's/^/#   /' "$out" | tail -n 40
     [ "$rc" = 0 ] || fail "demo ($how) exited with status $rc"
     grep -q '"order_id"' "$out" || fail "demo ($how) showed no event"
-    grep -q "^== stopping ($([ "$how" = seconds ] && echo finished || echo interrupted))" "$out" ||
+    grep -q "^== stopping ($([ "$how" != ctrl-c ] && echo finished || echo interrupted))" "$out" ||
         fail "demo ($how) did not stop the way it was asked to"
     grep -q '^relay exited with status 0' "$out" || fail "demo ($how): the relay did not shut down cleanly"
     grep -q 'relay stopped: ' "$out" || fail "demo ($how): the relay's last lines are missing"
@@ -61,4 +63,7 @@ trap kill_demos EXIT
 
 run_demo ctrl-c
 run_demo seconds
+run_demo rabbitmq
+grep -q "RabbitMQ on 127.0.0.1" "$WORK/demo-rabbitmq.out" && grep -q "outbox-tail: reading exchange outbox" "$WORK/demo-rabbitmq.out" ||
+    fail "the demo with --broker rabbitmq did not run a RabbitMQ node and read its exchange"
 log "ok"
