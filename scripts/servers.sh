@@ -38,6 +38,7 @@ servers_start() {
     export RELAYTEST_KAFKA_PORT
     bash "$_here/../test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT" || return 1
     local rabbit=""
+    unset RELAYTEST_RABBITMQ_DIR RELAYTEST_RABBITMQ_PORT # (inherited ones are another caller's node)
     if [ "${RELAYTEST_NO_RABBITMQ:-}" != 1 ]; then
         export RELAYTEST_RABBITMQ_DIR=$RELAYTEST_SERVERS_DIR/rabbitmq
         RELAYTEST_RABBITMQ_PORT=$(free_ports 3 "${RELAYTEST_RABBITMQ_PORT_BASE:-$((6000 + (RANDOM % 900) * 4))}")

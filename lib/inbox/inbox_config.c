@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "sink/rabbitmq.h"
+#include "core/amqp.h"
 
 #define OFF(f) offsetof(struct inbox_config, f)
 
@@ -24,6 +24,12 @@ static const struct setting settings[] = {
      "rabbitmq source: queues to consume, comma-separated (they must exist); the prefetch is twice "
      "INBOX_BATCH_SIZE; with this source INBOX_DEAD_LETTER_TOPIC names a queue (published through the "
      "default exchange, with a publisher confirm)"},
+    {"INBOX_RABBITMQ_CA_FILE", NULL, SETTING_STRING, OFF(rabbitmq_ca_file), "", 0, 0, NULL,
+     "rabbitmq source, amqps://: CA certificates (PEM) for the broker's certificate and host name; empty: the system's"},
+    {"INBOX_RABBITMQ_CERT_FILE", NULL, SETTING_STRING, OFF(rabbitmq_cert_file), "", 0, 0, NULL,
+     "rabbitmq source, amqps://: a client certificate (PEM), with INBOX_RABBITMQ_KEY_FILE"},
+    {"INBOX_RABBITMQ_KEY_FILE", NULL, SETTING_STRING, OFF(rabbitmq_key_file), "", 0, 0, NULL,
+     "rabbitmq source, amqps://: the client certificate's private key (PEM)"},
     {"INBOX_HANDLER", NULL, SETTING_STRING, OFF(handler), "", 0, 0, NULL,
      "SQL function `[schema.]name(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)` "
      "applied to each new message (required to run; found on the role's search_path when not qualified)"},
@@ -99,7 +105,7 @@ static int validate(struct inbox_config *cfg, char *err, size_t errlen)
         char bad[256];
         if (!cfg->rabbitmq_url[0])
             return set_err(err, errlen, "INBOX_RABBITMQ_URL: required with INBOX_SOURCE=rabbitmq");
-        if (sink_rabbitmq_check_url(cfg->rabbitmq_url, bad, sizeof(bad)) != 0)
+        if (rmq_check_url(cfg->rabbitmq_url, bad, sizeof(bad)) != 0)
             return set_err(err, errlen, "INBOX_RABBITMQ_URL: %s", bad);
         if (!cfg->rabbitmq_queues[0])
             return set_err(err, errlen, "INBOX_RABBITMQ_QUEUES: required with INBOX_SOURCE=rabbitmq (queues "

@@ -26,6 +26,7 @@ struct inbox_config {
     int rabbitmq;            /* source is "rabbitmq" */
     char *rabbitmq_url;
     char *rabbitmq_queues;   /* "a,b" */
+    char *rabbitmq_ca_file, *rabbitmq_cert_file, *rabbitmq_key_file;
     char *handler;           /* [schema.]function taking (uuid, text, text, jsonb, jsonb) */
     char *name;              /* the inbox's handler column; default: the handler's name */
     char *table;             /* schema.table, "public." added when missing */

@@ -13,18 +13,11 @@
  * than this relay put the event id there). */
 #include "inbox/source_rabbitmq.h"
 
-#ifdef OUTBOX_RABBITMQ_C_HEADERS
-#include <rabbitmq-c/amqp.h>
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
-#endif
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/amqp.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "inbox/inbox_config.h"
@@ -58,64 +51,11 @@ struct rmq_msg {
 
 static const struct source_ops rabbitmq_ops;
 
-static void reply_str(amqp_rpc_reply_t r, char *buf, size_t n)
-{
-    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
-        snprintf(buf, n, "%s", amqp_error_string2(r.library_error));
-    else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        const amqp_connection_close_t *m = r.reply.decoded;
-        snprintf(buf, n, "the broker closed the connection: %u %.*s", m->reply_code, (int)m->reply_text.len,
-                 (const char *)m->reply_text.bytes);
-    } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        const amqp_channel_close_t *m = r.reply.decoded;
-        snprintf(buf, n, "the broker closed the channel: %u %.*s", m->reply_code, (int)m->reply_text.len,
-                 (const char *)m->reply_text.bytes);
-    } else
-        snprintf(buf, n, "no reply from the broker");
-}
-
 /* A connection logged in with channel 1 open, or NULL with err. */
-static amqp_connection_state_t open_conn(const char *url_in, char *err, size_t errlen)
+static amqp_connection_state_t open_conn(const struct inbox_config *cfg, char *err, size_t errlen)
 {
-    char *url = xstrdup(url_in), why[512];
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    amqp_connection_state_t conn = NULL;
-    if (amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
-        set_err(err, errlen, "INBOX_RABBITMQ_URL is not an AMQP URI");
-        goto fail;
-    }
-    conn = amqp_new_connection();
-    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
-    struct timeval tv = {15, 0};
-    amqp_set_handshake_timeout(conn, &tv);
-    amqp_set_rpc_timeout(conn, &tv);
-    int rc = sock ? amqp_socket_open_noblock(sock, info.host, info.port, &tv) : AMQP_STATUS_NO_MEMORY;
-    if (rc != AMQP_STATUS_OK) {
-        set_err(err, errlen, "cannot connect to %s:%d: %s", info.host, info.port, amqp_error_string2(rc));
-        goto fail;
-    }
-    amqp_rpc_reply_t r = amqp_login(conn, info.vhost, 0, 131072, 30, AMQP_SASL_METHOD_PLAIN, info.user, info.password);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "logging in to %s:%d as '%s', vhost '%s': %s", info.host, info.port, info.user,
-                info.vhost, why);
-        goto fail;
-    }
-    amqp_channel_open(conn, 1);
-    r = amqp_get_rpc_reply(conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "opening a channel: %s", why);
-        goto fail;
-    }
-    free(url);
-    return conn;
-fail:
-    if (conn)
-        amqp_destroy_connection(conn);
-    free(url);
-    return NULL;
+    const struct rmq_tls tls = {cfg->rabbitmq_ca_file, cfg->rabbitmq_cert_file, cfg->rabbitmq_key_file};
+    return rmq_connect(cfg->rabbitmq_url, &tls, NULL, 30, 15, err, errlen);
 }
 
 static void close_conn(amqp_connection_state_t *conn)
@@ -129,7 +69,7 @@ static void close_conn(amqp_connection_state_t *conn)
 static int start_consuming(struct rabbitmq_source *rs, char *err, size_t errlen)
 {
     char why[512];
-    amqp_connection_state_t conn = open_conn(rs->cfg->rabbitmq_url, err, errlen);
+    amqp_connection_state_t conn = open_conn(rs->cfg, err, errlen);
     if (!conn)
         return -1;
     /* prefetch: two batches, so the next is on its way while one is applied */
@@ -139,7 +79,7 @@ static int start_consuming(struct rabbitmq_source *rs, char *err, size_t errlen)
         amqp_queue_declare(conn, 1, amqp_cstring_bytes(rs->queues[i]), 1, 0, 0, 0, amqp_empty_table);
         r = amqp_get_rpc_reply(conn);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            reply_str(r, why, sizeof(why));
+            rmq_reply_str(r, why, sizeof(why));
             amqp_destroy_connection(conn);
             return set_err(err, errlen, "queue '%s': %s", rs->queues[i], why);
         }
@@ -154,7 +94,7 @@ static int start_consuming(struct rabbitmq_source *rs, char *err, size_t errlen)
         }
     }
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
+        rmq_reply_str(r, why, sizeof(why));
         amqp_destroy_connection(conn);
         return set_err(err, errlen, "consuming: %s", why);
     }
@@ -190,7 +130,7 @@ static void refresh_depths(struct rabbitmq_source *rs)
         return;
     rs->next_depth_ms = mono_ms() + DEPTH_EVERY_MS;
     char err[512];
-    if (!rs->aux && !(rs->aux = open_conn(rs->cfg->rabbitmq_url, err, sizeof(err))))
+    if (!rs->aux && !(rs->aux = open_conn(rs->cfg, err, sizeof(err))))
         return;
     int n = 0;
     for (int i = 0; i < rs->n_queues; i++) {
@@ -297,7 +237,7 @@ static int r_poll(struct source *base, struct source_msg *out, int max, int wait
                 break;
             }
             char why[512];
-            reply_str(r, why, sizeof(why));
+            rmq_reply_str(r, why, sizeof(why));
             log_warn("rabbitmq: consuming failed: %s; connecting anew (unacknowledged messages come again)", why);
             close_conn(&rs->conn);
             break;
@@ -354,7 +294,7 @@ static int r_dead_letter(struct source *base, const struct source_msg *m, const 
 {
     struct rabbitmq_source *rs = (struct rabbitmq_source *)base;
     const struct rmq_msg *rm = m->native;
-    if (!rs->aux && !(rs->aux = open_conn(rs->cfg->rabbitmq_url, err, errlen)))
+    if (!rs->aux && !(rs->aux = open_conn(rs->cfg, err, errlen)))
         return -1;
     if (!rs->dlq_tag) { /* a fresh aux connection: confirm mode */
         amqp_confirm_select(rs->aux, 1);

@@ -110,11 +110,18 @@ static const struct setting settings[] = {
     {"OUTBOX_RABBITMQ_URL", "rabbitmq-url", SETTING_STRING, OFF(rabbitmq_url), "", 0, 0,
      config_check_rabbitmq_url,
      "rabbitmq sink: the broker, amqp://user:password@host:port/vhost (without a path: the "
-     "vhost '/'; a '/' in a vhost's name written %2F). Prefer OUTBOX_RABBITMQ_URL_FILE for the password"},
+     "vhost '/'; a '/' in a vhost's name written %2F); amqps:// for TLS (port 5671 by default). Prefer OUTBOX_RABBITMQ_URL_FILE for the password"},
     {"OUTBOX_RABBITMQ_EXCHANGE", "rabbitmq-exchange", SETTING_STRING, OFF(rabbitmq_exchange),
      "outbox", 0, 0, config_check_rabbitmq_exchange,
      "rabbitmq sink: the durable topic exchange messages are published to, the row's topic as "
      "routing key; declared when absent, checked passively when the user may not declare it"},
+    {"OUTBOX_RABBITMQ_CA_FILE", "rabbitmq-ca-file", SETTING_STRING, OFF(rabbitmq_ca_file), "", 0, 0, NULL,
+     "rabbitmq sink, amqps://: the CA certificates (PEM) the broker's certificate is verified against "
+     "(its host name too, always); empty: the system's"},
+    {"OUTBOX_RABBITMQ_CERT_FILE", "rabbitmq-cert-file", SETTING_STRING, OFF(rabbitmq_cert_file), "", 0, 0, NULL,
+     "rabbitmq sink, amqps://: a client certificate (PEM), with OUTBOX_RABBITMQ_KEY_FILE"},
+    {"OUTBOX_RABBITMQ_KEY_FILE", "rabbitmq-key-file", SETTING_STRING, OFF(rabbitmq_key_file), "", 0, 0, NULL,
+     "rabbitmq sink, amqps://: the client certificate's private key (PEM)"},
     {"OUTBOX_RABBITMQ_CONFIRM_TIMEOUT_MS", "rabbitmq-confirm-timeout-ms", SETTING_INT,
      OFF(rabbitmq_confirm_timeout_ms), "30000", 100, 3600000, NULL,
      "rabbitmq sink: a publisher confirm not received within this fails the messages "
@@ -264,6 +271,8 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
     if (strcmp(cfg->sink, "rabbitmq") == 0 && !cfg->rabbitmq_url[0])
         return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: required with OUTBOX_SINK=rabbitmq "
                        "(amqp://user:password@host:port/vhost)");
+    if (!cfg->rabbitmq_cert_file[0] != !cfg->rabbitmq_key_file[0])
+        return set_err(err, errlen, "OUTBOX_RABBITMQ_CERT_FILE and OUTBOX_RABBITMQ_KEY_FILE: give both or neither");
     if (strcmp(cfg->sink, "rabbitmq") != 0 && cfg->rabbitmq_url[0])
         return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: applies only with OUTBOX_SINK=rabbitmq");
     if (cfg->batch_size > cfg->max_inflight)

@@ -47,6 +47,7 @@ struct config {
     int rabbitmq;      /* sink is "rabbitmq" */
     char *rabbitmq_url;
     char *rabbitmq_exchange;
+    char *rabbitmq_ca_file, *rabbitmq_cert_file, *rabbitmq_key_file;
     int rabbitmq_confirm_timeout_ms;
     int rabbitmq_max_message_bytes;
     enum log_level log_level;

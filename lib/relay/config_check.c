@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "relay/config_int.h"
-#include "sink/rabbitmq.h"
+#include "core/amqp.h"
 #include "core/dsn.h"
 #include "core/util.h"
 
@@ -142,7 +142,7 @@ int config_check_sink(const char *v, char *err, size_t errlen)
 
 int config_check_rabbitmq_url(const char *v, char *err, size_t errlen)
 {
-    return v[0] ? sink_rabbitmq_check_url(v, err, errlen) : 0;
+    return v[0] ? rmq_check_url(v, err, errlen) : 0;
 }
 
 /* An AMQP short string of printable characters. */

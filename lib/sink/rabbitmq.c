@@ -15,14 +15,6 @@
  * channel, so a late confirm can never be taken for another message's). */
 #include "sink/rabbitmq.h"
 
-#ifdef OUTBOX_RABBITMQ_C_HEADERS
-#include <rabbitmq-c/amqp.h> /* librabbitmq 0.12 and later (Debian 13: 0.15), meson.build */
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp.h> /* librabbitmq 0.11 (Debian 12) */
-#include <amqp_tcp_socket.h>
-#endif
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -34,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/amqp.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -49,7 +42,6 @@ enum rmq_err {
 
 #define RMQ_CHANNEL 1
 #define RMQ_HEARTBEAT_S 30
-#define RMQ_FRAME_MAX 131072
 #define RMQ_RPC_TIMEOUT_S 15
 
 struct job {
@@ -143,66 +135,6 @@ static void drain_pipe(int fd)
         ;
 }
 
-/* ---- URLs and replies ---- */
-
-int sink_rabbitmq_check_url(const char *url, char *err, size_t errlen)
-{
-    char *copy = xstrdup(url);
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    int rc = amqp_parse_url(copy, &info);
-    int ssl = info.ssl;
-    free(copy);
-    if (rc != AMQP_STATUS_OK)
-        return set_err(err, errlen, "not an AMQP URI librabbitmq reads (%s); expected "
-                       "amqp://user:password@host:port/vhost", amqp_error_string2(rc));
-    if (ssl)
-        return set_err(err, errlen, "amqps:// (TLS) is not supported by this relay yet; use amqp:// "
-                       "on a trusted network or a TLS tunnel");
-    return 0;
-}
-
-static void reply_str(amqp_rpc_reply_t r, char *buf, size_t n)
-{
-    switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        snprintf(buf, n, "no error");
-        return;
-    case AMQP_RESPONSE_NONE:
-        snprintf(buf, n, "no reply from the broker");
-        return;
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        snprintf(buf, n, "%s", amqp_error_string2(r.library_error));
-        return;
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-        if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            const amqp_connection_close_t *m = r.reply.decoded;
-            snprintf(buf, n, "the broker closed the connection: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (const char *)m->reply_text.bytes);
-        } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            const amqp_channel_close_t *m = r.reply.decoded;
-            snprintf(buf, n, "the broker closed the channel: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (const char *)m->reply_text.bytes);
-        } else {
-            snprintf(buf, n, "unexpected broker method 0x%08x", (unsigned)r.reply.id);
-        }
-        return;
-    }
-    snprintf(buf, n, "unknown reply");
-}
-
-/* The reply code of a channel or connection close, 0 for anything else. */
-static int reply_code(amqp_rpc_reply_t r)
-{
-    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION)
-        return 0;
-    if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
-        return ((const amqp_connection_close_t *)r.reply.decoded)->reply_code;
-    if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
-        return ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
-    return 0;
-}
-
 /* ---- opening a connection (the thread, and --check-config) ---- */
 
 static amqp_table_entry_t capability(const char *name)
@@ -224,8 +156,8 @@ static int declare_exchange(amqp_connection_state_t conn, const char *exchange, 
     amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
-    int code = reply_code(r);
-    reply_str(r, why, sizeof(why));
+    int code = rmq_reply_code(r);
+    rmq_reply_str(r, why, sizeof(why));
     if (code == AMQP_PRECONDITION_FAILED)
         return set_err(err, errlen, "exchange '%s' exists with another type or other properties "
                        "(the relay needs a durable topic exchange): %s", exchange, why);
@@ -237,7 +169,7 @@ static int declare_exchange(amqp_connection_state_t conn, const char *exchange, 
     amqp_channel_open(conn, RMQ_CHANNEL);
     r = amqp_get_rpc_reply(conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
+        rmq_reply_str(r, why, sizeof(why));
         return set_err(err, errlen, "reopening the channel: %s", why);
     }
     amqp_exchange_declare(conn, RMQ_CHANNEL, amqp_cstring_bytes(exchange), amqp_cstring_bytes("topic"),
@@ -245,7 +177,7 @@ static int declare_exchange(amqp_connection_state_t conn, const char *exchange, 
     r = amqp_get_rpc_reply(conn);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
-    reply_str(r, why, sizeof(why));
+    rmq_reply_str(r, why, sizeof(why));
     return set_err(err, errlen, "exchange '%s': the user may not declare it and it does not exist "
                    "(%s)", exchange, why);
 }
@@ -254,25 +186,6 @@ static int declare_exchange(amqp_connection_state_t conn, const char *exchange, 
  * NULL with err (the URL's password never in it). */
 static amqp_connection_state_t rmq_open(const struct config *cfg, char *err, size_t errlen)
 {
-    char *url = xstrdup(cfg->rabbitmq_url);
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    char why[512];
-    amqp_connection_state_t conn = NULL;
-    if (amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
-        set_err(err, errlen, "OUTBOX_RABBITMQ_URL is not an AMQP URI");
-        goto fail;
-    }
-    conn = amqp_new_connection();
-    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
-    struct timeval tv = {RMQ_RPC_TIMEOUT_S, 0};
-    amqp_set_handshake_timeout(conn, &tv);
-    amqp_set_rpc_timeout(conn, &tv);
-    int rc = sock ? amqp_socket_open_noblock(sock, info.host, info.port, &tv) : AMQP_STATUS_NO_MEMORY;
-    if (rc != AMQP_STATUS_OK) {
-        set_err(err, errlen, "cannot connect to %s:%d: %s", info.host, info.port, amqp_error_string2(rc));
-        goto fail;
-    }
     amqp_table_entry_t caps[] = {capability("publisher_confirms"), capability("connection.blocked"),
                                  capability("authentication_failure_close")};
     amqp_table_entry_t props[2];
@@ -283,37 +196,25 @@ static amqp_connection_state_t rmq_open(const struct config *cfg, char *err, siz
     props[1].value.kind = AMQP_FIELD_KIND_TABLE;
     props[1].value.value.table = (amqp_table_t){(int)ARRAY_LEN(caps), caps};
     amqp_table_t client = {(int)ARRAY_LEN(props), props};
-    amqp_rpc_reply_t r = amqp_login_with_properties(conn, info.vhost, 0, RMQ_FRAME_MAX, RMQ_HEARTBEAT_S,
-                                                    &client, AMQP_SASL_METHOD_PLAIN, info.user, info.password);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "logging in to %s:%d as '%s', vhost '%s': %s", info.host, info.port,
-                info.user, info.vhost, why);
-        goto fail;
-    }
-    amqp_channel_open(conn, RMQ_CHANNEL);
-    r = amqp_get_rpc_reply(conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "opening a channel: %s", why);
-        goto fail;
-    }
-    if (declare_exchange(conn, cfg->rabbitmq_exchange, err, errlen) != 0)
-        goto fail;
-    amqp_confirm_select(conn, RMQ_CHANNEL);
-    r = amqp_get_rpc_reply(conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "confirm.select: %s", why);
-        goto fail;
-    }
-    free(url);
-    return conn;
-fail:
-    if (conn)
+    const struct rmq_tls tls = {cfg->rabbitmq_ca_file, cfg->rabbitmq_cert_file, cfg->rabbitmq_key_file};
+    amqp_connection_state_t conn =
+        rmq_connect(cfg->rabbitmq_url, &tls, &client, RMQ_HEARTBEAT_S, RMQ_RPC_TIMEOUT_S, err, errlen);
+    if (!conn)
+        return NULL;
+    if (declare_exchange(conn, cfg->rabbitmq_exchange, err, errlen) != 0) {
         amqp_destroy_connection(conn);
-    free(url);
-    return NULL;
+        return NULL;
+    }
+    amqp_confirm_select(conn, RMQ_CHANNEL);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char why[512];
+        rmq_reply_str(r, why, sizeof(why));
+        set_err(err, errlen, "confirm.select: %s", why);
+        amqp_destroy_connection(conn);
+        return NULL;
+    }
+    return conn;
 }
 
 int sink_rabbitmq_check(const struct config *cfg, char *err, size_t errlen)
@@ -574,7 +475,7 @@ static int read_frames(struct rabbitmq_sink *sk, struct job_list *done)
             amqp_message_t m;
             amqp_rpc_reply_t r = amqp_read_message(sk->conn, f.channel, &m, 0);
             if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-                reply_str(r, why, sizeof(why));
+                rmq_reply_str(r, why, sizeof(why));
                 broken(sk, done, RMQ_ERR_CONNECTION, why);
                 return -1;
             }

@@ -11,8 +11,6 @@ struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
                                const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
 /* A RabbitMQ error as the relay takes it. */
 enum failure_reason sink_rabbitmq_classify(int err);
-/* OUTBOX_RABBITMQ_URL's check: an amqp:// URI librabbitmq reads. */
-int sink_rabbitmq_check_url(const char *url, char *err, size_t errlen);
 /* --check-config: connects, logs in, opens a channel and declares (or finds) the exchange,
  * once. 0, or -1 with err saying what the broker refused. */
 int sink_rabbitmq_check(const struct config *cfg, char *err, size_t errlen);

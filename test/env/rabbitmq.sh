@@ -8,6 +8,9 @@
 #   rabbitmq.sh kill DIR         SIGKILL the node and its epmd at once
 #   rabbitmq.sh restart DIR      starts a stopped node again with its data
 #   rabbitmq.sh ctl DIR ARGS...  rabbitmqctl against the node
+# RABBITMQ_TLS_PKI=D (a folder with ca.crt, server.crt and server.key) at start adds an AMQP
+# TLS listener on 127.0.0.1:PORT+3 with that certificate (client certificates verified when
+# sent, not required).
 # The node runs as the calling user (the Debian wrapper that switches to the rabbitmq user is
 # bypassed) and touches nothing outside DIR.
 set -euo pipefail
@@ -76,6 +79,16 @@ log.console = false
 vm_memory_high_watermark.relative = 0.2
 disk_free_limit.absolute = 50MB
 CONF
+    if [ -n "${RABBITMQ_TLS_PKI:-}" ]; then
+        cat >>"$dir/rabbitmq.conf" <<CONF
+listeners.ssl.default = 127.0.0.1:$((port + 3))
+ssl_options.cacertfile = $RABBITMQ_TLS_PKI/ca.crt
+ssl_options.certfile = $RABBITMQ_TLS_PKI/server.crt
+ssl_options.keyfile = $RABBITMQ_TLS_PKI/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+CONF
+    fi
     launch "$dir"
 }
 
