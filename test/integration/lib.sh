@@ -137,6 +137,8 @@ fi
 # RELAYTEST_SINK=rabbitmq runs a test with the relays publishing to RabbitMQ (the node of
 # scripts/servers.sh, RELAYTEST_RABBITMQ_PORT): each test gets its own exchange AMQP_EXCHANGE
 # and a durable queue AMQP_QUEUE bound to it for every topic of the test ($TOPIC_PREFIX.#),
+# single-active-consumer (two outbox-inbox processes on it: one consumes, one stands by, as
+# docs/INBOX.md advises for per-key order),
 # and `check` reads that queue instead of Kafka (test/tools/amqp_check.c: every row's message
 # once or more, per-key order of first deliveries, persistent, the headers).
 SINK=${RELAYTEST_SINK:-kafka}
@@ -145,7 +147,7 @@ if [ "$SINK" = rabbitmq ]; then
     AMQP_URL=amqp://guest:guest@127.0.0.1:$RELAYTEST_RABBITMQ_PORT
     AMQP_EXCHANGE=$TOPIC_PREFIX.exchange
     AMQP_QUEUE=$TOPIC_PREFIX.queue
-    "$RELAYTEST_AMQP_BIN" bind "$AMQP_URL" "$AMQP_EXCHANGE" "$AMQP_QUEUE" "$TOPIC_PREFIX.#" ||
+    "$RELAYTEST_AMQP_BIN" bind "$AMQP_URL" "$AMQP_EXCHANGE" "$AMQP_QUEUE" "$TOPIC_PREFIX.#" single-active ||
         { log "FAIL: cannot bind a queue on RabbitMQ (port $RELAYTEST_RABBITMQ_PORT)"; exit 1; }
 fi
 

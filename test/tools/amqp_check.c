@@ -1,9 +1,10 @@
 /* The tests' RabbitMQ side (librabbitmq), for the relay's RabbitMQ sink:
- *   amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH]
+ *   amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active]
  *       declares the durable topic exchange (as the relay does), a durable queue and a
  *       binding of the queue to the exchange with KEY; with MAX_LENGTH the queue holds at
  *       most that many messages and refuses more (x-overflow reject-publish: the publisher
- *       gets basic.nack)
+ *       gets basic.nack); single-active: one consumer at a time gets the queue's messages
+ *       (x-single-active-consumer), the others wait as standbys
  *   amqp-check declare URL EXCHANGE TYPE
  *       declares a durable exchange of TYPE (direct, fanout, topic, headers)
  *   amqp-check depth URL QUEUE
@@ -90,7 +91,12 @@ static int cmd_bind(int argc, char **argv)
         return 2;
     amqp_table_entry_t args[2];
     amqp_table_t table = amqp_empty_table;
-    if (argc == 7) {
+    if (argc == 7 && strcmp(argv[6], "single-active") == 0) {
+        args[0].key = amqp_cstring_bytes("x-single-active-consumer");
+        args[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        args[0].value.value.boolean = 1;
+        table = (amqp_table_t){1, args};
+    } else if (argc == 7) {
         args[0].key = amqp_cstring_bytes("x-max-length");
         args[0].value.kind = AMQP_FIELD_KIND_I64;
         args[0].value.value.i64 = atoll(argv[6]);
@@ -310,7 +316,7 @@ int main(int argc, char **argv)
     else if (argc >= 2 && strcmp(argv[1], "check") == 0)
         rc = cmd_check(argc, argv);
     if (rc == 2)
-        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
+        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
                         "check URL QUEUE EXPECTED [--exact] [--any-order] [--idle-ms N]\n");
     return rc;
 }
