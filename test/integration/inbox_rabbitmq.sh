@@ -6,7 +6,8 @@
 # restarted: RabbitMQ delivers the unacknowledged messages again, every event is applied
 # exactly once and in key order, the redelivered ones are counted as duplicates; the poison
 # events go to the dead-letter queue after INBOX_MAX_ATTEMPTS, with the error in a header
-# (published with a confirm), and are recorded FAILED; SIGTERM exits 0; --check-config
+# (published with a confirm), and are recorded FAILED; `outbox-relay replay --key` through
+# RabbitMQ raises the duplicate count by exactly the key's rows; SIGTERM exits 0; --check-config
 # reaches the queue and names a missing one.
 . "$(dirname "$0")/lib.sh"
 [ "$SINK" = rabbitmq ] || fail "run with RELAYTEST_SINK=rabbitmq"
@@ -58,6 +59,15 @@ log "2,000 events applied once each, in key order; $dups redelivered messages co
     fail "the FAILED inbox rows do not record the attempts and the error"
 log "3 poison events dead-lettered to queue $dlq after 3 attempts each: $(cat "$WORK/dlq.out")"
 
+# the replay drill through RabbitMQ: a key's replay raises the duplicate count by exactly its rows
+n7=$(count_where "aggregate_id = 'k7'")
+before=$(metric main 'inbox_messages_total{result="duplicate"}')
+relay_env
+env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" replay --key k7 >/dev/null 2>>"$WORK/replay.log" || fail "replay --key k7: $(cat "$WORK/replay.log")"
+wait_until 30 "$n7 more duplicates after replay --key k7" metric_is main 'inbox_messages_total{result="duplicate"}' $((before + n7))
+[ "$(cpsql "SELECT count(*) FROM applied")" = 2000 ] && [ "$(cpsql "SELECT max(times) FROM applied")" = 1 ] ||
+    fail "the replay of k7 changed effects"
+log "replay --key k7 through RabbitMQ: exactly $n7 more duplicates, no effect"
 stop_relay main || fail "outbox-inbox exited $? on SIGTERM"
 grep -q "inbox stopped: " "$WORK/inbox-main.log" || fail "no stop line"
 conf() { env INBOX_PG_DSN="$CDSN" INBOX_HANDLER=apply_event INBOX_SOURCE=rabbitmq INBOX_RABBITMQ_URL="$AMQP_URL" \

@@ -2,7 +2,8 @@
 # The RabbitMQ sink against a real node (RELAYTEST_SINK=rabbitmq), under load from
 # concurrent writers:
 # - while a 60,000-row backlog drains, the broker cuts every connection three times
-#   (rabbitmqctl close_all_connections), then the node is stopped and started again: every row of the bound topic is in the queue
+#   (rabbitmqctl close_all_connections), then the node is stopped and started again (the
+#   rows go to a classic queue and a quorum queue, both checked): every row of the bound topic is in the queue
 #   (lost 0), first deliveries in per-key order, duplicates within the in-flight window per
 #   cut;
 # - rows whose routing key no queue is bound for come back as basic.return: their topic is
@@ -19,6 +20,8 @@ setup_db
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
        SELECT 'order', 'k' || (g % 50), 'Created', jsonb_build_object('n', g, 'pad', repeat('x', 200))
        FROM generate_series(1, 60000) g" # a backlog: the cuts come while it drains
+quorum=$TOPIC_PREFIX.quorum
+"$RELAYTEST_AMQP_BIN" bind "$AMQP_URL" "$AMQP_EXCHANGE" "$quorum" "$TOPIC_PREFIX.order" quorum || fail "cannot declare the quorum queue"
 unbound="u$TOPIC_PREFIX.payment" # its first word differs: the binding $TOPIC_PREFIX.# misses it
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, topic)
        SELECT 'payment', 'pay' || (g % 5), 'Paid', jsonb_build_object('n', g), '$unbound'
@@ -70,6 +73,10 @@ stop_relay main || fail "relay exited with $? on SIGTERM"
 CHECK_WHERE="aggregate_type = 'order' AND aggregate_id <> 'p-size'" check "$TOPIC_PREFIX.order" ||
     fail "loss or disorder through connection cuts and a broker restart"
 dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")
+cp "$WORK/expected.tsv" "$WORK/order.tsv"
+"$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$quorum" "$WORK/order.tsv" >"$WORK/quorum.out" 2>&1 ||
+    fail "the quorum queue lost rows or their order: $(cat "$WORK/quorum.out")"
+log "quorum queue: $(grep CHECK "$WORK/quorum.out")"
 # each cut (3), the stop and the restart may republish at most the in-flight window
 [ "$dups" -le $((5 * 2000)) ] || fail "$dups duplicates: more than 5 breaks x OUTBOX_MAX_INFLIGHT"
 "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE aggregate_type = 'payment' ORDER BY id" \

@@ -1,10 +1,11 @@
 /* The tests' RabbitMQ side (librabbitmq), for the relay's RabbitMQ sink:
- *   amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active]
+ *   amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active | quorum]
  *       declares the durable topic exchange (as the relay does), a durable queue and a
  *       binding of the queue to the exchange with KEY; with MAX_LENGTH the queue holds at
  *       most that many messages and refuses more (x-overflow reject-publish: the publisher
  *       gets basic.nack); single-active: one consumer at a time gets the queue's messages
- *       (x-single-active-consumer), the others wait as standbys
+ *       (x-single-active-consumer), the others wait as standbys; quorum: a quorum queue
+ *       (x-queue-type quorum: replicated by Raft, on every node of a cluster)
  *   amqp-check declare URL EXCHANGE TYPE
  *       declares a durable exchange of TYPE (direct, fanout, topic, headers)
  *   amqp-check depth URL QUEUE
@@ -91,7 +92,12 @@ static int cmd_bind(int argc, char **argv)
         return 2;
     amqp_table_entry_t args[2];
     amqp_table_t table = amqp_empty_table;
-    if (argc == 7 && strcmp(argv[6], "single-active") == 0) {
+    if (argc == 7 && strcmp(argv[6], "quorum") == 0) {
+        args[0].key = amqp_cstring_bytes("x-queue-type");
+        args[0].value.kind = AMQP_FIELD_KIND_UTF8;
+        args[0].value.value.bytes = amqp_cstring_bytes("quorum");
+        table = (amqp_table_t){1, args};
+    } else if (argc == 7 && strcmp(argv[6], "single-active") == 0) {
         args[0].key = amqp_cstring_bytes("x-single-active-consumer");
         args[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         args[0].value.value.boolean = 1;
@@ -316,7 +322,7 @@ int main(int argc, char **argv)
     else if (argc >= 2 && strcmp(argv[1], "check") == 0)
         rc = cmd_check(argc, argv);
     if (rc == 2)
-        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
+        fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active | quorum] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
                         "check URL QUEUE EXPECTED [--exact] [--any-order] [--idle-ms N]\n");
     return rc;
 }
