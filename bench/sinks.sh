@@ -3,12 +3,15 @@
 # fsync on, single-node Kafka 4.1.1 and RabbitMQ 3.10 from scripts/servers.sh): each round
 # drains the same backlog (1 KB JSON payloads over 10,000 keys, mark mode) once into Kafka
 # and once into RabbitMQ (persistent messages, publisher confirms, a durable queue bound to
-# every topic), and measures the drain's events/s, the relay's CPU per event, PostgreSQL's CPU
-# per event (all server processes) and the relay's peak RSS. Medians of the rounds.
+# every topic) and once more into RabbitMQ with OUTBOX_RABBITMQ_STRICT_KEY_ORDER=1
+# (rabbitmq-strict: at most one unconfirmed message per key), and measures the drain's
+# events/s, the relay's CPU per event, PostgreSQL's CPU per event (all server processes) and
+# the relay's peak RSS. Medians of the rounds.
 #   bench/sinks.sh [--rows N] [--rounds R] [--out DIR]       (defaults 100000 rows, 3 rounds)
 # The last lines are
 #   RESULT sink=kafka drain_eps=.. cpu_us_per_event=.. pg_cpu_us_per_event=.. rss_mb=..
 #   RESULT sink=rabbitmq drain_eps=.. cpu_us_per_event=.. pg_cpu_us_per_event=.. rss_mb=..
+#   RESULT sink=rabbitmq-strict drain_eps=.. cpu_us_per_event=.. pg_cpu_us_per_event=.. rss_mb=..
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=100000 ROUNDS=3 out=""
@@ -55,10 +58,11 @@ drain() { # sink: prints eps, relay us/event, PostgreSQL us/event, peak RSS MB
            FROM generate_series(1, $N) g"
     psqlc "VACUUM ANALYZE outbox"
     rmq purge_queue bench.queue >/dev/null
-    local broker=(OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KAFKA_PORT")
-    [ "$sink" = kafka ] || broker=(OUTBOX_RABBITMQ_URL="$amqp_url")
+    local broker=(OUTBOX_SINK=kafka OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KAFKA_PORT")
+    [ "$sink" = kafka ] || broker=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$amqp_url")
+    [ "$sink" != rabbitmq-strict ] || broker+=(OUTBOX_RABBITMQ_STRICT_KEY_ORDER=1)
     env OUTBOX_PG_DSN="$dsn" OUTBOX_HTTP_ADDR="127.0.0.1:$http_port" OUTBOX_TOPIC_TEMPLATE="bench.{aggregate_type}" \
-        OUTBOX_LOG_LEVEL=warn OUTBOX_SINK="$sink" "${broker[@]}" "$relay_bin" >>"$out/relay-$sink.log" 2>&1 &
+        OUTBOX_LOG_LEVEL=warn "${broker[@]}" "$relay_bin" >>"$out/relay-$sink.log" 2>&1 &
     relay_pid=$!
     for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null && break; sleep 0.1; done
     c0=$(awk '{ print $14 + $15 }' "/proc/$relay_pid/stat")
@@ -77,7 +81,7 @@ drain() { # sink: prints eps, relay us/event, PostgreSQL us/event, peak RSS MB
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-    for sink in kafka rabbitmq; do
+    for sink in kafka rabbitmq rabbitmq-strict; do
         line=$(drain "$sink")
         echo "$line" >>"$out/$sink.tsv"
         say "round $round/$ROUNDS, $sink: $(awk -F'\t' '{ printf "%s events/s, relay %s us/event, PostgreSQL %s us/event, RSS %s MB", $1, $2, $3, $4 }' <<<"$line")"
@@ -87,7 +91,7 @@ if [ "$(./build/test/amqp-check depth "$amqp_url" bench.queue)" != "$N" ]; then
     say "the queue does not hold the last round's $N messages"
     exit 1
 fi
-for sink in kafka rabbitmq; do
+for sink in kafka rabbitmq rabbitmq-strict; do
     col() { cut -f"$1" "$out/$sink.tsv" | median; }
     echo "RESULT sink=$sink drain_eps=$(col 1) cpu_us_per_event=$(col 2) pg_cpu_us_per_event=$(col 3) rss_mb=$(col 4) rows=$N rounds=$ROUNDS"
 done

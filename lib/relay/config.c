@@ -126,6 +126,11 @@ static const struct setting settings[] = {
      OFF(rabbitmq_confirm_timeout_ms), "30000", 100, 3600000, NULL,
      "rabbitmq sink: a publisher confirm not received within this fails the messages "
      "unconfirmed (published again; the connection is made anew)"},
+    {"OUTBOX_RABBITMQ_STRICT_KEY_ORDER", "rabbitmq-strict-key-order", SETTING_INT,
+     OFF(rabbitmq_strict_key_order), "0", 0, 1, NULL,
+     "rabbitmq sink: 1 keeps at most one message per key unconfirmed, so that a basic.nack of a "
+     "message can never let a later message of its key arrive first (docs/RABBITMQ.md measures "
+     "what it costs); 0: the whole in-flight window is unconfirmed at once"},
     {"OUTBOX_RABBITMQ_MAX_MESSAGE_BYTES", "rabbitmq-max-message-bytes", SETTING_INT,
      OFF(rabbitmq_max_message_bytes), "16777216", 1024, 536870912, NULL,
      "rabbitmq sink: rows with a larger payload are parked before publishing (set it to the "

@@ -50,6 +50,7 @@ struct config {
     char *rabbitmq_ca_file, *rabbitmq_cert_file, *rabbitmq_key_file;
     int rabbitmq_confirm_timeout_ms;
     int rabbitmq_max_message_bytes;
+    int rabbitmq_strict_key_order;
     enum log_level log_level;
     enum log_format log_format;
     char *log_level_name;

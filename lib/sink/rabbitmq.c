@@ -54,6 +54,8 @@ struct job {
     int maybe_persisted;
     unsigned gen;      /* the breaks the relay had been told of when it queued the job */
     unsigned break_of; /* failed by break number break_of (0: not by a break) */
+    int owns_key;      /* strict key order: it holds its key's one unconfirmed place */
+    const char *key;   /* the aggregate id (in this allocation), or NULL */
     char *routing_key;
     amqp_basic_properties_t props; /* its strings and headers point into this allocation */
     amqp_bytes_t body;
@@ -61,6 +63,16 @@ struct job {
 
 struct job_list {
     struct job *head, **tail;
+};
+
+/* OUTBOX_RABBITMQ_STRICT_KEY_ORDER: a key with a message unconfirmed (busy) holds its later
+ * messages back, in order, until that confirm. */
+#define KEY_BUCKETS 4096
+struct key_slot {
+    struct key_slot *next;
+    int busy;
+    struct job_list held;
+    char key[]; /* NUL-terminated */
 };
 
 struct rabbitmq_sink {
@@ -96,6 +108,8 @@ struct rabbitmq_sink {
     int64_t next_connect_ms, backoff_ms;
     int blocked;
     int failed_logged;
+    struct key_slot **keys; /* strict key order: KEY_BUCKETS chains, or NULL */
+    struct job_list ready;  /* held messages whose key's confirm came: published next */
 };
 
 static const struct sink_ops rabbitmq_ops;
@@ -299,8 +313,11 @@ static struct job *job_new(const struct config *cfg, const struct message *msg, 
     size_t n = 0;
     for (size_t i = 0; i < msg->n_headers; i++)
         add_header(&entries[n++], &p, msg->headers[i].name, msg->headers[i].value);
-    if (key)
-        add_header(&entries[n++], &p, "aggregate_id", key);
+    if (key) {
+        add_header(&entries[n], &p, "aggregate_id", key);
+        j->key = (const char *)entries[n].value.value.bytes.bytes;
+        n++;
+    }
     pr->headers = (amqp_table_t){(int)n, entries};
     if (value_len)
         memcpy(p, value, value_len);
@@ -310,11 +327,89 @@ static struct job *job_new(const struct config *cfg, const struct message *msg, 
 
 /* ---- the thread ---- */
 
+static struct key_slot **key_find(struct rabbitmq_sink *sk, const char *key)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *c = key; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    struct key_slot **pp = &sk->keys[h % KEY_BUCKETS];
+    while (*pp && strcmp((*pp)->key, key) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void finish(struct rabbitmq_sink *sk, struct job_list *done, struct job *j, int err, int maybe);
+
+/* A key's place is free again: its next held message becomes ready (it takes the place), or,
+ * after a failure, its held messages fail unsent (the relay claims them again in order). */
+static void key_release(struct rabbitmq_sink *sk, struct job_list *done, const char *key, int failed)
+{
+    struct key_slot **pp = key_find(sk, key), *slot = *pp;
+    if (!slot)
+        return;
+    slot->busy = 0;
+    if (failed) {
+        struct job *h = slot->held.head;
+        list_init(&slot->held);
+        while (h) {
+            struct job *next = h->next;
+            finish(sk, done, h, RMQ_ERR_CONNECTION, 0);
+            h = next;
+        }
+    } else if (slot->held.head) {
+        struct job *h = slot->held.head;
+        slot->held.head = h->next;
+        if (!slot->held.head)
+            slot->held.tail = &slot->held.head;
+        h->owns_key = 1;
+        slot->busy = 1;
+        list_push(&sk->ready, h);
+        return;
+    }
+    *pp = slot->next;
+    free(slot);
+}
+
+/* Every held and ready message fails unsent and every key's place is freed (a break, a purge). */
+static void keys_drop(struct rabbitmq_sink *sk, struct job_list *done, int err)
+{
+    if (!sk->keys)
+        return;
+    for (struct job *j = sk->ready.head; j; j = j->next)
+        j->owns_key = 0;
+    struct job *r = sk->ready.head;
+    list_init(&sk->ready);
+    while (r) {
+        struct job *next = r->next;
+        finish(sk, done, r, err, 0);
+        r = next;
+    }
+    for (int b = 0; b < KEY_BUCKETS; b++) {
+        while (sk->keys[b]) {
+            struct key_slot *slot = sk->keys[b];
+            sk->keys[b] = slot->next;
+            struct job *h = slot->held.head;
+            while (h) {
+                struct job *next = h->next;
+                h->err = err;
+                h->maybe_persisted = 0;
+                list_push(done, h);
+                h = next;
+            }
+            free(slot);
+        }
+    }
+}
+
 static void finish(struct rabbitmq_sink *sk, struct job_list *done, struct job *j, int err, int maybe)
 {
     j->err = err;
     j->maybe_persisted = maybe;
     list_push(done, j);
+    if (j->owns_key) {
+        j->owns_key = 0;
+        key_release(sk, done, j->key, err != 0);
+    }
 }
 
 static void fail_all(struct rabbitmq_sink *sk, struct job_list *done, struct job_list *l, int err, int maybe)
@@ -365,6 +460,7 @@ static void broken(struct rabbitmq_sink *sk, struct job_list *done, int err, con
         j->break_of = gen;
     fail_all(sk, done, &sk->out, err, 1);
     fail_all(sk, done, &queued, err, 0);
+    keys_drop(sk, done, err);
     disconnect(sk);
     sk->next_connect_ms = mono_ms() + sk->backoff_ms;
 }
@@ -541,6 +637,21 @@ static void publish(struct rabbitmq_sink *sk, struct job_list *todo, struct job_
         todo->head = j->next;
         if (!todo->head)
             todo->tail = &todo->head;
+        if (sk->keys && j->key && !j->owns_key) { /* strict key order */
+            struct key_slot **pp = key_find(sk, j->key);
+            if (!*pp) {
+                size_t len = strlen(j->key);
+                *pp = xcalloc(1, sizeof(**pp) + len + 1);
+                memcpy((*pp)->key, j->key, len + 1);
+                list_init(&(*pp)->held);
+            }
+            if ((*pp)->busy) {
+                list_push(&(*pp)->held, j);
+                continue;
+            }
+            (*pp)->busy = 1;
+            j->owns_key = 1;
+        }
         j->tag = ++sk->next_tag;
         j->sent_ms = mono_ms();
         list_push(&sk->out, j);
@@ -605,15 +716,20 @@ static void *run(void *arg)
             fail_all(sk, &done, &todo, RMQ_ERR_PURGED, 0);
             if (sk->out.head) /* their confirms may still come: a new channel numbers anew */
                 fail_all(sk, &done, &sk->out, RMQ_ERR_PURGED, 1);
+            keys_drop(sk, &done, RMQ_ERR_PURGED);
             disconnect(sk);
             sk->next_connect_ms = 0;
         }
         if (!sk->conn && mono_ms() >= sk->next_connect_ms)
             connect_now(sk);
+        if (sk->ready.head && sk->conn)
+            publish(sk, &sk->ready, &done);
         if (todo.head)
             publish(sk, &todo, &done);
         if (sk->conn)
             read_frames(sk, &done);
+        if (sk->ready.head && sk->conn) /* what those confirms let go */
+            publish(sk, &sk->ready, &done);
         check_confirm_timeout(sk, &done);
         post(sk, &done);
 
@@ -691,6 +807,9 @@ struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
     list_init(&sk->in);
     list_init(&sk->done);
     list_init(&sk->out);
+    list_init(&sk->ready);
+    if (cfg->rabbitmq_strict_key_order)
+        sk->keys = xcalloc(KEY_BUCKETS, sizeof(*sk->keys));
     sk->to_thread[0] = sk->to_thread[1] = sk->to_loop[0] = sk->to_loop[1] = -1;
     pthread_mutex_init(&sk->mu, NULL);
     if (make_pipe(sk->to_thread) != 0 || make_pipe(sk->to_loop) != 0) {
@@ -841,6 +960,15 @@ static void r_free(struct sink *base)
     free_list(sk->in.head);
     free_list(sk->done.head);
     free_list(sk->out.head);
+    free_list(sk->ready.head);
+    for (int b = 0; sk->keys && b < KEY_BUCKETS; b++)
+        while (sk->keys[b]) {
+            struct key_slot *slot = sk->keys[b];
+            sk->keys[b] = slot->next;
+            free_list(slot->held.head);
+            free(slot);
+        }
+    free(sk->keys);
     for (int i = 0; i < 2; i++) {
         close(sk->to_thread[i]);
         close(sk->to_loop[i]);

@@ -6,6 +6,8 @@
 # parked. Once a consumer drains the queue, every row arrives (lost 0). Per-key order is not
 # asserted here: a nack of one message while a later one of its key was accepted is the
 # documented exception (docs/RABBITMQ.md, Guarantees); the violations are counted and logged.
+# RELAYTEST_RABBITMQ_STRICT=1 (rabbitmq_nack_strict) runs it with
+# OUTBOX_RABBITMQ_STRICT_KEY_ORDER=1, where per-key order is asserted too.
 . "$(dirname "$0")/lib.sh"
 [ "$SINK" = rabbitmq ] || fail "run with RELAYTEST_SINK=rabbitmq"
 setup_db
@@ -15,6 +17,11 @@ psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, to
        SELECT 'order', 'k' || (g % 20), 'Created', jsonb_build_object('n', g), '$limited'
        FROM generate_series(1, 3000) g"
 RELAY_ENV=(OUTBOX_MAX_ATTEMPTS=1)
+order=--any-order
+if [ "${RELAYTEST_RABBITMQ_STRICT:-}" = 1 ]; then
+    RELAY_ENV+=(OUTBOX_RABBITMQ_STRICT_KEY_ORDER=1)
+    order=
+fi
 start_relay main >/dev/null
 nacked() { grep -q "negatively confirmed by the broker (basic.nack)" "$WORK/relay-main.log"; }
 wait_until 60 "the broker to nack deliveries to the full queue" nacked
@@ -26,7 +33,7 @@ transient=$(metric main 'outbox_publish_failures_total{reason="transient"}')
 [ "$transient" -gt 0 ] || fail "no transient failure counted for the nacks"
 log "queue full: $sent SENT, $(count_status PENDING) PENDING, $transient deliveries nacked so far"
 "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox ORDER BY id" >"$WORK/all.tsv"
-"$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$limited" "$WORK/all.tsv" --any-order --idle-ms 8000 \
+"$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$limited" "$WORK/all.tsv" $order --idle-ms 8000 \
     >"$WORK/limited.out" 2>"$WORK/limited.err" &
 consumer=$!
 wait_until 180 "every row SENT once a consumer drains the queue" all_sent
