@@ -83,6 +83,7 @@ struct rabbitmq_sink {
     void *ctx;
     int to_thread[2], to_loop[2];
     ev_io wake_io;
+    ev_timer watchdog; /* cuts a send stuck longer than the confirm timeout */
     int pending; /* loop thread: jobs queued whose completion was not served */
     pthread_t thread;
     int thread_started;
@@ -93,6 +94,12 @@ struct rabbitmq_sink {
     unsigned purge_req;
     int sockfd; /* of the thread's connection, -1 without: shutdown(2) unblocks a stuck send */
     atomic_int connected;
+    /* librabbitmq's publish blocks without a deadline while the broker reads nothing (an
+     * alarm, a frozen node): the thread notes when a send began, and the loop's watchdog
+     * shuts the socket down once it has taken longer than the confirm timeout, so that the
+     * timeout holds even then (cut_by_watchdog: the thread reports it as the timeout). */
+    atomic_llong send_since_ms;
+    atomic_int cut_by_watchdog;
     /* Per-key order through a break: the thread counts breaks that failed messages
      * (break_gen); the loop, once it has served a break's failures (so the relay is
      * resetting and will publish again from the lowest failed row), records seen_gen. A job
@@ -655,12 +662,22 @@ static void publish(struct rabbitmq_sink *sk, struct job_list *todo, struct job_
         j->tag = ++sk->next_tag;
         j->sent_ms = mono_ms();
         list_push(&sk->out, j);
+        atomic_store(&sk->send_since_ms, (long long)j->sent_ms);
         int rc = amqp_basic_publish(sk->conn, RMQ_CHANNEL, exchange, amqp_cstring_bytes(j->routing_key),
                                     1, 0, &j->props, j->body);
+        atomic_store(&sk->send_since_ms, 0LL);
         if (rc != AMQP_STATUS_OK) {
             char why[256];
-            snprintf(why, sizeof(why), "publishing failed: %s", amqp_error_string2(rc));
-            broken(sk, done, RMQ_ERR_CONNECTION, why);
+            if (atomic_exchange(&sk->cut_by_watchdog, 0)) {
+                snprintf(why, sizeof(why), "no publisher confirm for row %lld within %d ms%s (a send to the broker "
+                         "waited that long)", (long long)sk->out.head->row_id, sk->cfg->rabbitmq_confirm_timeout_ms,
+                         sk->blocked ? " (the broker blocks publishing)" : "");
+                broken(sk, done, RMQ_ERR_CONFIRM_TIMEOUT, why);
+                sk->next_connect_ms = mono_ms();
+            } else {
+                snprintf(why, sizeof(why), "publishing failed: %s", amqp_error_string2(rc));
+                broken(sk, done, RMQ_ERR_CONNECTION, why);
+            }
             continue;
         }
         if (++n % 256 == 0) { /* confirms keep coming while a long queue is sent */
@@ -774,6 +791,22 @@ static void serve(struct rabbitmq_sink *sk)
     }
 }
 
+static void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct rabbitmq_sink *sk = w->data;
+    long long since = atomic_load(&sk->send_since_ms);
+    if (!since || mono_ms() - since < sk->cfg->rabbitmq_confirm_timeout_ms)
+        return;
+    pthread_mutex_lock(&sk->mu);
+    if (sk->sockfd >= 0 && atomic_load(&sk->send_since_ms) == since) {
+        atomic_store(&sk->cut_by_watchdog, 1);
+        shutdown(sk->sockfd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&sk->mu);
+}
+
 static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
@@ -824,6 +857,11 @@ struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
     ev_io_init(&sk->wake_io, wake_cb, sk->to_loop[0], EV_READ);
     sk->wake_io.data = sk;
     ev_io_start(loop, &sk->wake_io);
+    double every = cfg->rabbitmq_confirm_timeout_ms / 4000.0;
+    ev_timer_init(&sk->watchdog, watchdog_cb, every, every);
+    sk->watchdog.data = sk;
+    ev_timer_start(loop, &sk->watchdog);
+    ev_unref(loop); /* the watchdog alone does not keep the loop running */
     return &sk->base;
 fail:
     for (int i = 0; i < 2; i++) {
@@ -949,6 +987,8 @@ static void r_free(struct sink *base)
     if (!sk)
         return;
     ev_io_stop(sk->loop, &sk->wake_io);
+    ev_ref(sk->loop);
+    ev_timer_stop(sk->loop, &sk->watchdog);
     pthread_mutex_lock(&sk->mu);
     sk->stop = 1;
     if (sk->sockfd >= 0) /* no callbacks from here on: unblock a stuck send */
