@@ -6,6 +6,10 @@
 # twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
 # once. Then every topic is consumed and compared with the table.
 #   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]
+#                       [--sink kafka|rabbitmq]
+# With --sink rabbitmq the relay publishes to RabbitMQ (the node of scripts/servers.sh), the
+# node is restarted instead of Kafka, and a durable queue bound to the run's exchange is
+# consumed and compared with the table (test/tools/amqp_check.c).
 # Prints one final line:
 #   CHAOS committed=.. sent=.. delivered_unique=.. lost=.. duplicates=.. order_violations=.. kills=..
 # and exits non-zero if anything was lost or reordered, a row is left PENDING or FAILED, no
@@ -16,16 +20,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark
+events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark sink=kafka
 . "$src/scripts/common.sh" # PG_BIN, and the servers when run alone
-common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]" \
-    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent" "$@"
+common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete] [--sink kafka|rabbitmq]" \
+    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent --sink=sink" "$@"
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
     (cd "$src" && common_setup)
     own_servers=1
     servers_start
     RELAYTEST_RELAY_BIN=$src/build/outbox-relay
     RELAYTEST_CHECK_BIN=$src/build/test/outbox-check
+    RELAYTEST_AMQP_BIN=$src/build/test/amqp-check
 fi
 work=$(mktemp -d /tmp/outbox-chaos.XXXXXX)
 chmod 755 "$work" # the server runs as the postgres user when this runs as root
@@ -38,6 +43,12 @@ db=chaos_$$
 dsn="host=127.0.0.1 port=$pg_port user=postgres dbname=$db"
 bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
 topic_prefix="chaos.$$.$(date +%s)"
+sink_env=(OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap") broker=Kafka
+if [ "$sink" = rabbitmq ]; then
+    amqp_url=amqp://guest:guest@127.0.0.1:$RELAYTEST_RABBITMQ_PORT
+    "$RELAYTEST_AMQP_BIN" bind "$amqp_url" "$topic_prefix.x" "$topic_prefix.q" "$topic_prefix.#"
+    sink_env=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$amqp_url" OUTBOX_RABBITMQ_EXCHANGE="$topic_prefix.x") broker=RabbitMQ
+fi
 say() { printf '# [%s chaos] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 
@@ -75,7 +86,7 @@ SQL
 
 relay_pid=
 start_relay() {
-    env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" OUTBOX_HTTP_ADDR= \
+    env OUTBOX_PG_DSN="$dsn" "${sink_env[@]}" OUTBOX_HTTP_ADDR= \
         OUTBOX_TOPIC_TEMPLATE="$topic_prefix.{aggregate_type}" OUTBOX_MAX_INFLIGHT=$inflight \
         OUTBOX_POLL_INTERVAL_MS=100 OUTBOX_RETENTION=0 OUTBOX_RELAY_NAME=chaos OUTBOX_ON_SENT="$on_sent" \
         "$RELAYTEST_RELAY_BIN" >>"$work/relay.log" 2>&1 &
@@ -166,11 +177,19 @@ while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
     reap 137
     done_kills=$((done_kills + 1))
     if [ $kafka_restarts -lt 2 ] && [ $done_kills -ge $(((kafka_restarts + 1) * kills / 3)) ]; then
-        say "restarting Kafka (kill $done_kills)"
-        bash "$src/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
-        start_tracked
-        sleep 2
-        bash "$src/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+        if [ "$sink" = rabbitmq ]; then
+            say "restarting RabbitMQ (kill $done_kills)"
+            bash "$src/test/env/rabbitmq.sh" stop "$RELAYTEST_RABBITMQ_DIR"
+            start_tracked
+            sleep 2
+            bash "$src/test/env/rabbitmq.sh" restart "$RELAYTEST_RABBITMQ_DIR"
+        else
+            say "restarting Kafka (kill $done_kills)"
+            bash "$src/test/env/kafka.sh" stop "$RELAYTEST_KAFKA_DIR"
+            start_tracked
+            sleep 2
+            bash "$src/test/env/kafka.sh" start "$RELAYTEST_KAFKA_DIR" "$RELAYTEST_KAFKA_PORT"
+        fi
         kafka_restarts=$((kafka_restarts + 1))
         continue
     fi
@@ -187,7 +206,7 @@ while [ $done_kills -lt "$kills" ] || kill -0 "$writer_pid" 2>/dev/null; do
     start_tracked
 done
 wait "$writer_pid"
-say "writers done: $(psqlc "SELECT count(*) FROM $rows") rows; $done_kills kills ($unpublished_kills while rows waited and the relay had published none of them for 30 s, $idle_kills with nothing to publish), $kafka_restarts Kafka restarts, $pg_restarts PostgreSQL crash"
+say "writers done: $(psqlc "SELECT count(*) FROM $rows") rows; $done_kills kills ($unpublished_kills while rows waited and the relay had published none of them for 30 s, $idle_kills with nothing to publish), $kafka_restarts $broker restarts, $pg_restarts PostgreSQL crash"
 if ! kill -0 "$relay_pid" 2>/dev/null; then
     reap unexpected
     say "the last relay was dead"
@@ -210,16 +229,22 @@ sent=$(sent_count)
 left=$(psqlc "SELECT count(*) FROM $view WHERE status <> 'SENT'")
 "$PG_BIN/psql" -X -At -F $'\t' "$dsn" -c "SELECT id, event_id, aggregate_id FROM $rows ORDER BY id" >"$work/expected.tsv"
 rc=0
-"$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
-    >"$work/check.out" 2>"$work/check.err" || rc=$?
+if [ "$sink" = rabbitmq ]; then # the same figures under the names outbox-check gives them
+    "$RELAYTEST_AMQP_BIN" check "$amqp_url" "$topic_prefix.q" "$work/expected.tsv" \
+        >"$work/check.out" 2>"$work/check.err" || rc=$?
+    sed -i 's/ unique=/ delivered_unique=/; s/ missing=/ lost=/' "$work/check.out"
+else
+    "$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
+        >"$work/check.out" 2>"$work/check.err" || rc=$?
+fi
 grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
 line=$(cat "$work/check.out")
 val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
 # each kill republishes at most the window; so may each Kafka restart (acknowledgements lost
 # with the connection) and the PostgreSQL crash (marks lost with it)
 dup_bound=$(((done_kills + kafka_restarts + pg_restarts) * inflight))
-say "duplicates $(val duplicates); bound: ($done_kills kills + $kafka_restarts Kafka restarts + $pg_restarts PostgreSQL crash) x OUTBOX_MAX_INFLIGHT $inflight = $dup_bound"
-echo "CHAOS on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
+say "duplicates $(val duplicates); bound: ($done_kills kills + $kafka_restarts $broker restarts + $pg_restarts PostgreSQL crash) x OUTBOX_MAX_INFLIGHT $inflight = $dup_bound"
+echo "CHAOS sink=$sink on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
 # The kills must have hit rows in flight: duplicates in Kafka, or at least a restart that
 # found rows claimed and not marked by the relay it replaced (its duplicates estimate; a
 # row claimed but not yet acknowledged when the kill came is republished once, not twice).
