@@ -1,7 +1,9 @@
 /* Small helpers shared by every module: allocation, string buffer, clocks. */
 #include "core/util.h"
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -255,4 +257,28 @@ void pgarray_str(struct strbuf *sb, const char *s)
 void pgarray_close(struct strbuf *sb)
 {
     strbuf_puts(sb, "}");
+}
+
+int wake_pipe_open(int fds[2])
+{
+    if (pipe(fds) != 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+        fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+    }
+    return 0;
+}
+
+void wake_pipe_poke(int fd)
+{
+    ssize_t n = write(fd, "x", 1);
+    (void)n; /* a full pipe already wakes its reader */
+}
+
+void wake_pipe_drain(int fd)
+{
+    char buf[256];
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
 }

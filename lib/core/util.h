@@ -66,6 +66,13 @@ void pgarray_int(struct strbuf *sb, long long v);
 void pgarray_str(struct strbuf *sb, const char *s);
 void pgarray_close(struct strbuf *sb);
 
+/* A self-pipe for waking a poller from another thread: both ends non-blocking and
+ * close-on-exec. 0, or -1 with errno. wake_pipe_poke writes a byte (a full pipe already wakes
+ * its reader); wake_pipe_drain reads everything pending. */
+int wake_pipe_open(int fds[2]);
+void wake_pipe_poke(int fd);
+void wake_pipe_drain(int fd);
+
 /* Monotonic clock in milliseconds / microseconds; wall clock in milliseconds. */
 int64_t mono_ms(void);
 int64_t mono_us(void);

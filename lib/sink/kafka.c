@@ -4,7 +4,6 @@
 #include <jansson.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,9 +196,7 @@ static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     struct kafka_sink *sk = w->data;
-    char buf[256];
-    while (read(sk->wake[0], buf, sizeof(buf)) > 0)
-        ;
+    wake_pipe_drain(sk->wake[0]);
     serve(sk);
 }
 
@@ -261,14 +258,10 @@ struct sink *sink_kafka_new(struct ev_loop *loop, const struct config *cfg,
     sk->cfg = cfg;
     sk->cb = *cb;
     sk->ctx = ctx;
-    if (pipe(sk->wake) != 0) {
+    if (wake_pipe_open(sk->wake) != 0) {
         set_err(err, errlen, "pipe: %s", strerror(errno));
         free(sk);
         return NULL;
-    }
-    for (int i = 0; i < 2; i++) {
-        fcntl(sk->wake[i], F_SETFL, fcntl(sk->wake[i], F_GETFL) | O_NONBLOCK);
-        fcntl(sk->wake[i], F_SETFD, FD_CLOEXEC);
     }
     sk->rk = make_producer(sk, err, errlen);
     if (!sk->rk) {

@@ -16,7 +16,6 @@
 #include "sink/rabbitmq.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,19 +140,6 @@ static void list_append(struct job_list *l, struct job_list *more)
     *l->tail = more->head;
     l->tail = more->tail;
     list_init(more);
-}
-
-static void wake(int fd)
-{
-    ssize_t n = write(fd, "x", 1);
-    (void)n; /* a full pipe already wakes its reader */
-}
-
-static void drain_pipe(int fd)
-{
-    char buf[256];
-    while (read(fd, buf, sizeof(buf)) > 0)
-        ;
 }
 
 /* ---- opening a connection (the thread, and --check-config) ---- */
@@ -710,7 +696,7 @@ static void post(struct rabbitmq_sink *sk, struct job_list *done)
     list_append(&sk->done, done);
     pthread_mutex_unlock(&sk->mu);
     if (was_empty)
-        wake(sk->to_loop[1]);
+        wake_pipe_poke(sk->to_loop[1]);
 }
 
 static void *run(void *arg)
@@ -759,7 +745,7 @@ static void *run(void *arg)
             timeout = left < 0 ? 0 : left < timeout ? (int)left : timeout;
         }
         if (poll(pfd, 2, timeout) > 0 && (pfd[0].revents & POLLIN))
-            drain_pipe(sk->to_thread[0]);
+            wake_pipe_drain(sk->to_thread[0]);
     }
     disconnect(sk);
     return NULL;
@@ -812,19 +798,8 @@ static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     struct rabbitmq_sink *sk = w->data;
-    drain_pipe(sk->to_loop[0]);
+    wake_pipe_drain(sk->to_loop[0]);
     serve(sk);
-}
-
-static int make_pipe(int fds[2])
-{
-    if (pipe(fds) != 0)
-        return -1;
-    for (int i = 0; i < 2; i++) {
-        fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
-        fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-    }
-    return 0;
 }
 
 struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
@@ -845,7 +820,7 @@ struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
         sk->keys = xcalloc(KEY_BUCKETS, sizeof(*sk->keys));
     sk->to_thread[0] = sk->to_thread[1] = sk->to_loop[0] = sk->to_loop[1] = -1;
     pthread_mutex_init(&sk->mu, NULL);
-    if (make_pipe(sk->to_thread) != 0 || make_pipe(sk->to_loop) != 0) {
+    if (wake_pipe_open(sk->to_thread) != 0 || wake_pipe_open(sk->to_loop) != 0) {
         set_err(err, errlen, "pipe: %s", strerror(errno));
         goto fail;
     }
@@ -895,7 +870,7 @@ static enum sink_queued r_produce(struct sink *base, const struct message *msg, 
     list_push(&sk->in, j);
     pthread_mutex_unlock(&sk->mu);
     if (was_empty)
-        wake(sk->to_thread[1]);
+        wake_pipe_poke(sk->to_thread[1]);
     sk->pending++;
     *err = 0;
     return SINK_QUEUED;
@@ -908,7 +883,7 @@ static void purge_and_drain(struct rabbitmq_sink *sk, int timeout_ms)
     pthread_mutex_lock(&sk->mu);
     sk->purge_req++;
     pthread_mutex_unlock(&sk->mu);
-    wake(sk->to_thread[1]);
+    wake_pipe_poke(sk->to_thread[1]);
     int64_t deadline = mono_ms() + timeout_ms, cut = 0;
     for (;;) {
         serve(sk);
@@ -927,7 +902,7 @@ static void purge_and_drain(struct rabbitmq_sink *sk, int timeout_ms)
         }
         struct pollfd pfd = {sk->to_loop[0], POLLIN, 0};
         if (poll(&pfd, 1, 20) > 0)
-            drain_pipe(sk->to_loop[0]);
+            wake_pipe_drain(sk->to_loop[0]);
     }
 }
 
@@ -994,7 +969,7 @@ static void r_free(struct sink *base)
     if (sk->sockfd >= 0) /* no callbacks from here on: unblock a stuck send */
         shutdown(sk->sockfd, SHUT_RDWR);
     pthread_mutex_unlock(&sk->mu);
-    wake(sk->to_thread[1]);
+    wake_pipe_poke(sk->to_thread[1]);
     if (sk->thread_started)
         pthread_join(sk->thread, NULL);
     free_list(sk->in.head);
