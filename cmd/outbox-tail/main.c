@@ -8,19 +8,13 @@
  * message from anyone else's queue) to the exchange (default outbox) with the binding key KEY
  * (a routing key, or a pattern: orders.#) and prints what arrives from then on. */
 #include <librdkafka/rdkafka.h>
-#ifdef OUTBOX_RABBITMQ_C_HEADERS
-#include <rabbitmq-c/amqp.h>
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
-#endif
 #include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/amqp.h"
 #include "core/kafka.h"
 
 static volatile sig_atomic_t stop;
@@ -63,46 +57,21 @@ static int amqp_failed(amqp_connection_state_t conn, const char *what)
     amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        const amqp_channel_close_t *m = r.reply.decoded;
-        fprintf(stderr, "outbox-tail: %s: %u %.*s\n", what, m->reply_code, (int)m->reply_text.len,
-                (const char *)m->reply_text.bytes);
-    } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        const amqp_connection_close_t *m = r.reply.decoded;
-        fprintf(stderr, "outbox-tail: %s: %u %.*s\n", what, m->reply_code, (int)m->reply_text.len,
-                (const char *)m->reply_text.bytes);
-    } else {
-        fprintf(stderr, "outbox-tail: %s: %s\n", what,
-                r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error) : "failed");
-    }
+    char why[512];
+    rmq_reply_str(r, why, sizeof(why));
+    fprintf(stderr, "outbox-tail: %s: %s\n", what, why);
     return 1;
 }
 
-static int tail_rabbitmq(const char *url_arg, const char *exchange, const char *key)
+static int tail_rabbitmq(const char *url, const char *exchange, const char *key)
 {
-    char *url = strdup(url_arg);
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    if (!url || amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
-        fprintf(stderr, "outbox-tail: --rabbitmq: not an AMQP URI (amqp://user:password@host:port/vhost)\n");
-        free(url);
+    char err[768];
+    amqp_connection_state_t conn = rmq_connect(url, NULL, NULL, 0, 15, err, sizeof(err));
+    if (!conn) {
+        fprintf(stderr, "outbox-tail: %s\n", err);
         return 2;
     }
-    amqp_connection_state_t conn = amqp_new_connection();
-    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
     int rc = 2;
-    if (!sock || amqp_socket_open(sock, info.host, info.port) != AMQP_STATUS_OK) {
-        fprintf(stderr, "outbox-tail: cannot connect to %s:%d\n", info.host, info.port);
-        goto out;
-    }
-    amqp_rpc_reply_t login = amqp_login(conn, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password);
-    if (login.reply_type != AMQP_RESPONSE_NORMAL) {
-        fprintf(stderr, "outbox-tail: logging in to %s:%d refused\n", info.host, info.port);
-        goto out;
-    }
-    amqp_channel_open(conn, 1);
-    if (amqp_failed(conn, "channel.open"))
-        goto out;
     amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("topic"), 0, 1, 0, 0,
                           amqp_empty_table);
     if (amqp_failed(conn, "declaring the exchange (a durable topic exchange, as the relay declares it)"))
@@ -146,7 +115,6 @@ static int tail_rabbitmq(const char *url_arg, const char *exchange, const char *
     }
 out:
     amqp_destroy_connection(conn);
-    free(url);
     return rc;
 }
 

@@ -21,18 +21,13 @@
  *       CHECK expected=N received=N unique=N duplicates=N missing=N unexpected=N
  *             order_violations=N bad_properties=N
  *       and exits 1 when a condition fails (2 on a usage or connection error). */
-#ifdef OUTBOX_RABBITMQ_C_HEADERS
-#include <rabbitmq-c/amqp.h>
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
-#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+
+#include "core/amqp.h"
 
 struct row {
     long long id;
@@ -48,41 +43,20 @@ static void die(const char *what, amqp_rpc_reply_t r)
 {
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return;
-    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
-        fprintf(stderr, "amqp-check: %s: %s\n", what, amqp_error_string2(r.library_error));
-    else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        amqp_channel_close_t *m = r.reply.decoded;
-        fprintf(stderr, "amqp-check: %s: channel closed: %u %.*s\n", what, m->reply_code,
-                (int)m->reply_text.len, (char *)m->reply_text.bytes);
-    } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        amqp_connection_close_t *m = r.reply.decoded;
-        fprintf(stderr, "amqp-check: %s: connection closed: %u %.*s\n", what, m->reply_code,
-                (int)m->reply_text.len, (char *)m->reply_text.bytes);
-    } else {
-        fprintf(stderr, "amqp-check: %s: failed (reply type %d)\n", what, (int)r.reply_type);
-    }
+    char why[512];
+    rmq_reply_str(r, why, sizeof(why));
+    fprintf(stderr, "amqp-check: %s: %s\n", what, why);
     exit(2);
 }
 
-static amqp_connection_state_t open_conn(const char *url_arg)
+static amqp_connection_state_t open_conn(const char *url)
 {
-    char *url = strdup(url_arg);
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    if (amqp_parse_url(url, &info) != AMQP_STATUS_OK) {
-        fprintf(stderr, "amqp-check: bad URL\n");
+    char err[768];
+    amqp_connection_state_t conn = rmq_connect(url, NULL, NULL, 0, 15, err, sizeof(err));
+    if (!conn) {
+        fprintf(stderr, "amqp-check: %s\n", err);
         exit(2);
     }
-    amqp_connection_state_t conn = amqp_new_connection();
-    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
-    if (!sock || amqp_socket_open(sock, info.host, info.port) != AMQP_STATUS_OK) {
-        fprintf(stderr, "amqp-check: cannot connect to %s:%d\n", info.host, info.port);
-        exit(2);
-    }
-    die("login", amqp_login(conn, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password));
-    amqp_channel_open(conn, 1);
-    die("channel.open", amqp_get_rpc_reply(conn));
-    free(url);
     return conn;
 }
 
