@@ -375,7 +375,13 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
                   " (SELECT CASE WHEN has_table_privilege(w, 'SELECT') THEN (xpath('/row/n/text()',"
                   "   query_to_xml(format('SELECT count(*) AS n FROM (SELECT 1 FROM %%s LIMIT 1) s', w),"
                   "   false, true, '')))[1]::text::int > 0 END"
-                  "  FROM to_regclass('%s.\"%s_watermark\"') w WHERE w IS NOT NULL) AS keep_table",
+                  "  FROM to_regclass('%s.\"%s_watermark\"') w WHERE w IS NOT NULL) AS keep_table,"
+                  /* JIT off for this session: the claim's plan (a lateral over the held lease
+                   * partitions; in keep mode its records and parked subplans) costs more than
+                   * jit_above_cost, so PostgreSQL compiled every claim for a statement that reads
+                   * a few thousand index entries: 60 ms of a 67 ms keep-mode claim (auto_explain,
+                   * docs/PERFORMANCE.md). A SET here costs no round trip of its own. */
+                  " set_config('jit', 'off', false) AS jit",
                   sql->version, n->table_q, n->table_q, n->table_q, placement, n->table_q, types,
                   n->schema_q, n->name);
     free(placement);
