@@ -4,7 +4,10 @@
  *   LATENCY count=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=..
  * Consumer fetch settings are tuned for latency (fetch.wait.max.ms=5). The figure is an
  * upper bound of commit -> Kafka acknowledgement: it adds the consumer's fetch.
- *   e2e-latency --bootstrap B --topic T */
+ * With --payload-ts FIELD the time is read from the message value instead, a JSON object
+ * with "FIELD": <ms since the epoch> (the writer's clock_timestamp() at its insert): the
+ * same measure for a peer whose message timestamp is not the row's (bench/debezium.sh).
+ *   e2e-latency --bootstrap B --topic T [--payload-ts FIELD] */
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,15 +27,17 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *bootstrap = NULL, *topic = NULL;
+    const char *bootstrap = NULL, *topic = NULL, *field = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
             bootstrap = argv[++i];
+        else if (!strcmp(argv[i], "--payload-ts") && i + 1 < argc)
+            field = argv[++i];
         else if (!strcmp(argv[i], "--topic") && i + 1 < argc)
             topic = argv[++i];
     }
     if (!bootstrap || !topic) {
-        fprintf(stderr, "usage: e2e-latency --bootstrap B --topic T\n");
+        fprintf(stderr, "usage: e2e-latency --bootstrap B --topic T [--payload-ts FIELD]\n");
         return 2;
     }
     signal(SIGTERM, on_signal);
@@ -63,7 +68,9 @@ int main(int argc, char **argv)
     rd_kafka_assign(rk, list);
     rd_kafka_topic_partition_list_destroy(list);
     fprintf(stderr, "e2e-latency: reading %s (%d partitions)\n", topic, parts);
-    size_t n = 0, cap = 1 << 16;
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"%s\": ", field ? field : "");
+    size_t n = 0, cap = 1 << 16, unstamped = 0;
     double *lat = malloc(cap * sizeof(double));
     while (!stop) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
@@ -73,7 +80,21 @@ int main(int argc, char **argv)
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             double now_ms = ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-            int64_t stamp = rd_kafka_message_timestamp(m, NULL);
+            int64_t stamp = field ? -1 : rd_kafka_message_timestamp(m, NULL);
+            if (field) { /* the value is not NUL-terminated: copy what can hold the field */
+                char head[256];
+                size_t len = m->len < sizeof(head) - 1 ? m->len : sizeof(head) - 1;
+                memcpy(head, m->payload ? m->payload : "", m->payload ? len : 0);
+                head[m->payload ? len : 0] = '\0';
+                const char *at = strstr(head, needle);
+                if (at)
+                    stamp = strtoll(at + strlen(needle), NULL, 10);
+            }
+            if (stamp <= 0) {
+                unstamped++;
+                rd_kafka_message_destroy(m);
+                continue;
+            }
             if (n == cap)
                 lat = realloc(lat, (cap *= 2) * sizeof(double));
             lat[n++] = now_ms - (double)stamp;
@@ -82,6 +103,8 @@ int main(int argc, char **argv)
     }
     qsort(lat, n, sizeof(double), cmp_double);
 #define Q(q) (n ? lat[(size_t)((q) * (double)(n - 1))] : 0)
+    if (unstamped)
+        fprintf(stderr, "e2e-latency: %zu messages without a time were left out\n", unstamped);
     printf("LATENCY count=%zu p50_ms=%.1f p99_ms=%.1f p999_ms=%.1f max_ms=%.1f\n", n, Q(0.5), Q(0.99),
            Q(0.999), n ? lat[n - 1] : 0);
     free(lat);
