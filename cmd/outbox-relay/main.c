@@ -98,7 +98,7 @@ static PGconn *connect_blocking(const struct config *cfg)
     return pgconn_connect_blocking(cfg->pg_dsn, "outbox-relay", 1);
 }
 
-static int migrate(const struct config *cfg)
+static int migrate(const struct config *cfg, const struct command *cmd)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
@@ -106,6 +106,11 @@ static int migrate(const struct config *cfg)
     char err[1024];
     int applied = 0;
     int rc = schema_migrate(conn, cfg->table, cfg->payload_type, cfg->debezium, &applied, err, sizeof(err));
+    if (rc == 0 && cmd->leave_keep && keep_leave(conn, cfg, err, sizeof(err)) != 0) {
+        PQfinish(conn);
+        log_error("migrate: %s", err);
+        return OUTBOX_EXIT_FAILED;
+    }
     PQfinish(conn);
     if (rc != 0) {
         log_error("migrate: %s", err);
@@ -185,7 +190,7 @@ int main(int argc, char **argv)
         if (cmd.check_config)
             code = check_config(&cfg);
         else if (strcmp(cmd.name, "migrate") == 0)
-            code = migrate(&cfg);
+            code = migrate(&cfg, &cmd);
         else if (strcmp(cmd.name, "replay") == 0)
             code = on_connection(&cfg, &cmd, replay_run, OUTBOX_EXIT_FAILED);
         else if (strcmp(cmd.name, "audit") == 0) /* unreachable: it cannot tell */

@@ -11,6 +11,10 @@
 /* Each returns 0, or -1 with err. conn is borrowed; output goes to out. */
 int admin_status(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen);
 int admin_requeue(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen);
+/* migrate --leave-keep (keep_leave.c): the table's keep-mode state written into its rows as
+ * mark mode keeps it (published rows SENT, parked rows FAILED), then removed; refused while
+ * a relay runs on the table. 0, or -1 with err. */
+int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen);
 int admin_purge(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen);
 
 #endif

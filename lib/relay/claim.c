@@ -30,13 +30,18 @@ static int claim_limit(const struct relay *r)
     return r->reset.isolate_until_id ? 1 : r->cfg->batch_size;
 }
 
-/* Rows per partition in one claim: twice a fair share of the batch, so that a claim stays
- * near the batch size without reading every partition's backlog. */
+/* Rows per partition in one claim: a quarter above a fair share of the batch, so that a
+ * claim stays near the batch size without reading every partition's backlog. Every row a
+ * partition gives is read (heap, filters) whether or not the batch keeps it: at twice the
+ * share a 1,000-row claim over 64 partitions read 2,048 rows; at 5/4, 1,280 (PostgreSQL CPU
+ * per event on a 50,000-row keep-mode backlog drain: 36-42 -> 35-36 us). The price: more
+ * claims when partitions are uneven (a partition that fills its quota is claimed again at
+ * once). */
 int claim_quota(int limit, int nparts)
 {
     if (nparts < 1)
         nparts = 1;
-    int q = (limit + nparts - 1) / nparts * 2;
+    int q = (limit + nparts - 1) / nparts * 5 / 4;
     return q < 16 ? (limit < 16 ? limit : 16) : q;
 }
 

@@ -189,6 +189,7 @@ static int command_flag(struct command *cmd, int argc, char **argv, int *i, char
               : strcmp(arg, "--json") == 0                           ? &cmd->json
               : strcmp(arg, "--all") == 0                            ? &cmd->all
               : strcmp(arg, "--dry-run") == 0                        ? &cmd->dry_run
+              : strcmp(arg, "--leave-keep") == 0                     ? &cmd->leave_keep
                                                                      : NULL;
     if (strcmp(arg, "--help-markdown") == 0) {
         cmd->show_help = 2;
@@ -231,6 +232,11 @@ static int command_flag(struct command *cmd, int argc, char **argv, int *i, char
 static int check_command(const struct config *cfg, const struct command *cmd, char *err, size_t errlen)
 {
     const char *c = cmd->name;
+    if (cmd->leave_keep && strcmp(c, "migrate") != 0)
+        return set_err(err, errlen, "--leave-keep belongs to migrate (outbox-relay migrate --leave-keep)");
+    if (cmd->leave_keep && cfg->keep)
+        return set_err(err, errlen, "migrate --leave-keep: OUTBOX_ON_SENT is keep; run the step with the "
+                       "mode the table goes to (mark or delete)");
     if (strcmp(c, "requeue") == 0 && !!cmd->id + !!cmd->key + cmd->all != 1)
         return set_err(err, errlen, "requeue: give exactly one of --id N, --key K, --all");
     if (strcmp(c, "replay") == 0 && !!cmd->id + !!cmd->key + !!cmd->since != 1)
@@ -365,7 +371,9 @@ void config_print_help(FILE *out)
             "usage: outbox-relay [COMMAND] [--check-config] [--SETTING VALUE]... "
             "[--kafka NAME=VALUE]...\n\n"
             "  run            relay PENDING outbox rows to Kafka (default)\n"
-            "  migrate        apply the schema to the outbox table and exit\n"
+            "  migrate [--leave-keep]  apply the schema to the outbox table and exit; --leave-keep:\n"
+            "                 the table leaves keep mode (published rows SENT, parked FAILED;\n"
+            "                 no relay may run on it)\n"
             "  status [--json]                 backlog, oldest age, parked rows, topics, relays\n"
             "  requeue --id N | --key K | --all  parked (FAILED) rows back to PENDING\n"
             "  purge [--json]                  delete SENT rows older than OUTBOX_RETENTION now\n"

@@ -72,6 +72,7 @@ struct command {
     long long limit;  /* replay --limit N (0: none) */
     int dry_run;      /* replay --dry-run */
     int check_config; /* --check-config */
+    int leave_keep;   /* migrate --leave-keep */
     int show_help;    /* 1 --help, 2 --help-markdown */
     int show_version; /* --version */
 };

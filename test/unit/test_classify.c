@@ -29,11 +29,11 @@ int main(void)
            "another record of the batch was invalid: transient");
 #endif
 
-    is_int(claim_quota(1000, 64), 32, "64 partitions, batch 1000: twice the fair share (16)");
-    is_int(claim_quota(1000, 1), 2000, "one partition: the whole batch fits");
+    is_int(claim_quota(1000, 64), 20, "64 partitions, batch 1000: a quarter above the fair share (16)");
+    is_int(claim_quota(1000, 1), 1250, "one partition: the whole batch fits");
     is_int(claim_quota(1000, 200), 16, "never below 16 rows");
     is_int(claim_quota(1, 64), 1, "isolating one row: the limit is 1");
     is_int(claim_quota(10, 64), 10, "a batch under 16: the batch");
-    is_int(claim_quota(1000, 0), 2000, "no partition count: as one");
+    is_int(claim_quota(1000, 0), 1250, "no partition count: as one");
     return done();
 }

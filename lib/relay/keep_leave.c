@@ -1,0 +1,159 @@
+/* `outbox-relay migrate --leave-keep`: a table leaves keep mode. What keep mode knows from its
+ * watermarks, records and parked table is written into the rows the way mark mode keeps it:
+ * rows at or below their partition's watermark, and rows recorded as published above it,
+ * become SENT (sent_at: their record's time, else the watermark's last move); rows parked
+ * for good become FAILED; failed attempts go back to the rows' attempts and last_error.
+ * Then the watermarks, records and parked entries go, and relays in mark (or delete) mode
+ * take the table: they claim exactly the rows that are still PENDING.
+ *
+ * No relay may run on the table meanwhile: a keep relay would go on recording (its rows
+ * left PENDING here would be published again) and set a watermark again, which makes the
+ * table keep mode's once more. So the step refuses while any relay is a member of the
+ * table's leases, and checks once more inside its transaction, after taking the keep
+ * tables in ACCESS EXCLUSIVE mode (a relay that started in between waits on its first
+ * write there, and is seen). Writers go on: the step only updates rows that were published
+ * (their row locks wait for nothing a writer holds, since writers only insert). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/pgutil.h"
+#include "core/util.h"
+#include "relay/admin.h"
+#include "relay/outbox.h"
+#include "relay/schema.h"
+
+/* The relays that are members of the table's leases now: their count, or -1 (err set). */
+static long relays_running(PGconn *conn, int key, char *names, size_t len, char *err, size_t errlen)
+{
+    char q[600];
+    snprintf(q, sizeof(q),
+             "SELECT count(*), coalesce(string_agg(DISTINCT a.application_name || ' (pid ' || a.pid || ')', ', '), '')"
+             " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+             " WHERE l.locktype = 'advisory' AND l.classid = %d::oid AND l.objid = %d AND l.objsubid = 2"
+             " AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+             key, OUTBOX_MEMBER_LOCK);
+    PGresult *res = pgconn_exec(conn, q, 0, NULL, err, errlen);
+    if (!res)
+        return -1;
+    long n = atol(PQgetvalue(res, 0, 0));
+    snprintf(names, len, "%s", PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return n;
+}
+
+static int exec_ok(PGconn *conn, const char *sql, long *rows, char *err, size_t errlen)
+{
+    PGresult *res = pgconn_exec(conn, sql, 0, NULL, err, errlen);
+    if (!res)
+        return -1;
+    if (rows)
+        *rows = atol(PQcmdTuples(res));
+    PQclear(res);
+    return 0;
+}
+
+int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
+{
+    char *schema_q, *table_q, *name;
+    schema_names(cfg->table, &schema_q, &table_q, &name);
+    char wm[256], pub[256], parked[256], names[512];
+    snprintf(wm, sizeof(wm), "%s.\"%s_watermark\"", schema_q, name);
+    snprintf(pub, sizeof(pub), "%s.\"%s_published\"", schema_q, name);
+    snprintf(parked, sizeof(parked), "%s.\"%s_parked\"", schema_q, name);
+    int key = outbox_lease_key(cfg->table), rc = -1;
+    long sent_w = 0, sent_rec = 0, failed = 0, noted = 0, n;
+    char *q = NULL;
+    if (cfg->debezium) {
+        snprintf(err, errlen, "--leave-keep: the Debezium layout has no keep mode");
+        goto out;
+    }
+    if ((n = relays_running(conn, key, names, sizeof(names), err, errlen)) < 0)
+        goto out;
+    if (n > 0) {
+        snprintf(err, errlen, "--leave-keep: %ld relay%s still running on %s (%s): stop every relay "
+                 "of the table first, then start them with OUTBOX_ON_SENT=mark (or delete) after this step",
+                 n, n == 1 ? " is" : "s are", cfg->table, names);
+        goto out;
+    }
+    q = xasprintf("SELECT (SELECT count(*) FROM %s) + (SELECT count(*) FROM %s) + (SELECT count(*) FROM %s)",
+                  wm, pub, parked);
+    PGresult *res = pgconn_exec(conn, q, 0, NULL, err, errlen);
+    if (!res)
+        goto out;
+    n = atol(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (n == 0) {
+        log_info("migrate: %s is not in keep mode (no watermark, record or parked entry): nothing to leave",
+                 cfg->table);
+        rc = 0;
+        goto out;
+    }
+    free(q);
+    q = NULL;
+    if (exec_ok(conn, "BEGIN", NULL, err, errlen) != 0)
+        goto out;
+    free(q);
+    q = xasprintf("LOCK TABLE %s, %s, %s IN ACCESS EXCLUSIVE MODE", wm, pub, parked);
+    if (exec_ok(conn, q, NULL, err, errlen) != 0)
+        goto rollback;
+    if ((n = relays_running(conn, key, names, sizeof(names), err, errlen)) < 0)
+        goto rollback;
+    if (n > 0) {
+        snprintf(err, errlen, "--leave-keep: a relay started on %s meanwhile (%s): nothing changed; "
+                 "stop it and run the step again", cfg->table, names);
+        goto rollback;
+    }
+    /* published: at or below W (not parked for good) ... */
+    free(q);
+    q = xasprintf("UPDATE %s o SET status = 'SENT', sent_at = coalesce((SELECT min(p.at) FROM %s p"
+                  "  WHERE int8range(p.low, p.top, '[]') @> o.id AND p.lease_partition = o.lease_partition"
+                  "  AND o.id = ANY(p.ids)), wm.updated_at)"
+                  " FROM %s wm WHERE wm.lease_partition = o.lease_partition AND o.id <= wm.w"
+                  " AND o.status = 'PENDING' AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)",
+                  table_q, pub, wm, parked);
+    if (exec_ok(conn, q, &sent_w, err, errlen) != 0)
+        goto rollback;
+    /* ... and recorded above it */
+    free(q);
+    q = xasprintf("UPDATE %s o SET status = 'SENT', sent_at = r.at FROM"
+                  " (SELECT p.lease_partition, unnest(p.ids) AS id, p.at FROM %s p"
+                  "  LEFT JOIN %s wm ON wm.lease_partition = p.lease_partition WHERE p.top > coalesce(wm.w, 0)) r"
+                  " WHERE o.id = r.id AND o.lease_partition = r.lease_partition AND o.status = 'PENDING'",
+                  table_q, pub, wm);
+    if (exec_ok(conn, q, &sent_rec, err, errlen) != 0)
+        goto rollback;
+    /* parked for good; failed attempts of rows still pending */
+    free(q);
+    q = xasprintf("UPDATE %s o SET status = 'FAILED', attempts = k.attempts, last_error = k.last_error"
+                  " FROM %s k WHERE k.id = o.id AND k.failed AND o.status = 'PENDING'",
+                  table_q, parked);
+    if (exec_ok(conn, q, &failed, err, errlen) != 0)
+        goto rollback;
+    free(q);
+    q = xasprintf("UPDATE %s o SET attempts = k.attempts, last_error = k.last_error"
+                  " FROM %s k WHERE k.id = o.id AND NOT k.failed AND o.status = 'PENDING'",
+                  table_q, parked);
+    if (exec_ok(conn, q, &noted, err, errlen) != 0)
+        goto rollback;
+    free(q);
+    q = xasprintf("DELETE FROM %s; DELETE FROM %s; DELETE FROM %s", wm, pub, parked);
+    if (exec_ok(conn, q, NULL, err, errlen) != 0)
+        goto rollback;
+    if (exec_ok(conn, "COMMIT", NULL, err, errlen) != 0)
+        goto out;
+    log_info("migrate: %s left keep mode: %ld rows at or below the watermarks and %ld recorded above them "
+             "marked SENT, %ld parked rows FAILED, %ld rows' failed attempts written back; start its relays "
+             "with OUTBOX_ON_SENT=mark (or delete)", cfg->table, sent_w, sent_rec, failed, noted);
+    rc = 0;
+    goto out;
+rollback:
+    PQclear(PQexec(conn, "ROLLBACK"));
+out:
+    free(q);
+    free(schema_q);
+    free(table_q);
+    free(name);
+    return rc;
+}
