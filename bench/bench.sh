@@ -14,7 +14,7 @@
 #   6. growth      drain throughput over the first vs the last 10% of events through one table
 # Full mode repeats 1-5 three times and reports medians; --quick runs once, smaller; --smoke
 # (what CI runs) once and smaller still: its figures only show that every stage works.
-#   bench/bench.sh [--quick] [--out DIR] [--on-sent mark|delete]   (the relay's OUTBOX_ON_SENT;
+#   bench/bench.sh [--quick] [--out DIR] [--on-sent mark|delete|keep]   (the relay's OUTBOX_ON_SENT;
 #   the drain is judged against the ceiling of the same statement: mark, or delete)
 # The last line is:
 #   RESULT ceiling_eps=.. ceiling_relay_eps=.. throughput_eps=.. ratio=.. p50_ms=.. p99_ms=.. p999_ms=.. writer_ratio=..
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --smoke) quick=2; shift ;;
     --out) out=$2; shift 2 ;;
     --on-sent) on_sent=$2; shift 2 ;;
-    *) echo "usage: $0 [--quick | --smoke] [--out DIR] [--on-sent mark|delete]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick | --smoke] [--out DIR] [--on-sent mark|delete|keep]" >&2; exit 2 ;;
     esac
 done
 if [ $quick = 2 ]; then # CI's smoke run: every stage once, small

@@ -117,7 +117,7 @@ insert_cost() { # SIDE: PostgreSQL's ticks for the backlog's insert with nothing
     echo $((t1 - t0))
 }
 
-start_side() { # SIDE: Debezium streaming from a new slot, or the relay in mode SIDE; prints its pid
+start_side() { # SIDE: Debezium streaming from a new slot, or the relay in mode SIDE; its pid in side_pid
     if [ "$1" = dbz ]; then
         rm -f "$out/connect/offsets"
         bash test/env/connect.sh start "$out/connect" "$bootstrap" "$out/connector.properties" >/dev/null
@@ -125,13 +125,13 @@ start_side() { # SIDE: Debezium streaming from a new slot, or the relay in mode 
             sleep 0.2
         done
         sleep 2 # the connector's own start-up is not what is measured
-        cat "$out/connect/connect.pid"
+        side_pid=$(cat "$out/connect/connect.pid")
     else
         OUTBOX_PG_DSN=$(dsn_of "$1") OUTBOX_ON_SENT=$1 OUTBOX_KAFKA_BOOTSTRAP_SERVERS=$bootstrap OUTBOX_HTTP_ADDR= \
             OUTBOX_TOPIC_TEMPLATE="bench.$1.{aggregate_type}" "$relay_bin" >>"$out/relay-$1.log" 2>&1 &
         relay_pid=$!
         sleep 1
-        echo "$relay_pid"
+        side_pid=$relay_pid
     fi
 }
 stop_side() { # SIDE
@@ -162,7 +162,8 @@ for r in $(seq 1 "$rounds"); do
     psqlc "$dsn_dbz" "CHECKPOINT"
     for s in $sides; do
         for a in "d$r" "w$r" "l$r"; do "$admin" --bootstrap "$bootstrap" create-topic "$(topic_of "$s" "$a")" 6 >/dev/null; done
-        pid=$(start_side "$s")
+        start_side "$s" # (not in a subshell: stop_side must know the relay's pid)
+        pid=$side_pid
         # drain
         c0=$(cpu_ticks "$pid") p0=$(pg_ticks)
         backlog "$s" "d$r"

@@ -3,7 +3,7 @@
 # stays open elsewhere in the database (what pg_dump, a long report or an idle-in-
 # transaction session does). Every row the relay marks (or deletes) meanwhile leaves a dead
 # entry in the pending index that vacuum may not remove while that snapshot is open.
-#   bench/longtx.sh [--seconds S] [--rate EPS] [--on-sent mark|delete] [--out DIR]
+#   bench/longtx.sh [--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--out DIR]
 # (defaults: 600 s, 3,000 events/s, mark). Starts its own throwaway PostgreSQL (durable)
 # and Kafka like bench/bench.sh. The transaction opens 10 s after the writers start and
 # stays open until they stop. Every 5 s it prints the pending rows (rows written minus rows
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 src=$(pwd)
 seconds=600 rate=3000 on_sent=mark out=""
 . scripts/common.sh
-common_flags "[--seconds S] [--rate EPS] [--on-sent mark|delete] [--out DIR]" "--seconds=seconds --rate=rate --on-sent=on_sent --out=out" "$@"
+common_flags "[--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--out DIR]" "--seconds=seconds --rate=rate --on-sent=on_sent --out=out" "$@"
 common_bench_out longtx
 
 common_setup

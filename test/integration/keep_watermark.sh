@@ -41,7 +41,7 @@ late=$(psqlc "SELECT last_value FROM outbox_id_seq")
 above=()
 for k in $(keys_in "$p" 5); do above+=("$(ins "$k")"); done
 wait_until 20 "the rows above the late one SENT" rows_are 5 "id > $late AND lease_partition = $p AND status = 'SENT'"
-sleep 1 # advances run every 100 ms: give W its chance to pass the late row, which it must not
+sleep 1.5 # advances run every 500 ms: give W its chances to pass the late row, which it must not
 w=$(w_of "$p")
 [ "$w" -lt "$late" ] || fail "W of partition $p is $w, at or past the late row $late still open"
 recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p AND top > $w")
