@@ -23,9 +23,9 @@
 
 /* Each advance updates every held partition's watermark row; while a long transaction
  * holds the xmin horizon back, none of those versions can be pruned and each read of the
- * row walks them all: bench/longtx.sh in keep mode fell behind after 70 s at 100 ms
- * (16,000 dead versions on 64 rows). Every 500 ms the chains grow 5 x slower, and claims
- * no longer read the table while their partition's floor is above the bottom. */
+ * row walks them all (16,000 dead versions on 64 rows after 90 s at 100 ms, bench/longtx.sh
+ * in keep mode). Every 500 ms they pile up 5 x slower; that alone does not keep the relay
+ * up with that run (docs/PERFORMANCE.md). */
 #define KEEP_ADVANCE_MS 500
 #define KEEP_CHECK_MS 10000
 
@@ -242,17 +242,13 @@ void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strb
 {
     struct keep_names k = {0};
     keep_names_init(&k, schema_q, "", name);
-    /* W only when the floor is at the bottom: a floor above it is sound on its own (every
-     * row at or below it is in flight, published, parked or held back: floor.h), and
-     * starting below W is never less complete, only slower. So claims do not read the
-     * watermark rows, whose versions pile up while a long transaction holds vacuum back. */
     strbuf_printf(from,
-                  " FROM (SELECT lp0.part, CASE WHEN lp0.floor > 0 THEN lp0.floor ELSE"
-                  "  coalesce((SELECT wm.w FROM %s wm WHERE wm.lease_partition = lp0.part), 0) END AS floor,"
+                  " FROM (SELECT lp0.part, greatest(lp0.floor, coalesce(wm.w, 0)) AS floor,"
                   "  coalesce((SELECT max(top) FROM %s pb WHERE pb.lease_partition = lp0.part), 0) AS pubtop,"
                   "  EXISTS (SELECT 1 FROM %s k WHERE k.lease_partition = lp0.part) AS noted"
-                  "  FROM unnest($4::int2[], $9::int8[]) AS lp0(part, floor)) AS lp",
-                  k.wm, k.pub, k.parked);
+                  "  FROM unnest($4::int2[], $9::int8[]) AS lp0(part, floor)"
+                  "  LEFT JOIN %s wm ON wm.lease_partition = lp0.part) AS lp",
+                  k.pub, k.parked, k.wm);
     char *rec = recorded(&k, "lp.part", "p.id"), *park = parked(&k, "p.id");
     strbuf_printf(skip, "   AND (p.id > lp.pubtop OR NOT %s)   AND (NOT lp.noted OR NOT %s)", rec, park);
     strbuf_printf(requeued, "%s k", k.parked);
