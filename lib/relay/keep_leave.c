@@ -108,8 +108,7 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
     /* published: at or below W (not parked for good) ... */
     free(q);
     q = xasprintf("UPDATE %s o SET status = 'SENT', sent_at = coalesce((SELECT min(p.at) FROM %s p"
-                  "  WHERE int8range(p.low, p.top, '[]') @> o.id AND p.lease_partition = o.lease_partition"
-                  "  AND o.id = ANY(p.ids)), wm.updated_at)"
+                  "  WHERE p.low <= o.id AND p.top >= o.id AND o.id = ANY(p.ids)), wm.updated_at)"
                   " FROM %s wm WHERE wm.lease_partition = o.lease_partition AND o.id <= wm.w"
                   " AND o.status = 'PENDING' AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)",
                   table_q, pub, wm, parked);
