@@ -345,15 +345,20 @@ void claim_send(struct relay *r)
     fc->proven = r->claim.floors.proven;
     fc->epoch = r->claim.floors.epoch;
     fc->quota = r->claim.quota;
-    const char *params[9] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf,
-                             floors.buf};
-    if (worker_send(r, &claim_stmt, r->sql.claim, 9, params) == 0) {
+    struct strbuf ws;
+    strbuf_init(&ws);
+    if (r->cfg->keep)
+        keep_claim_w(r, fc, &ws);
+    const char *params[10] = {ids.buf, limit, paused.buf, parts.buf, quota, budget, largest, held.buf,
+                              floors.buf, ws.buf};
+    if (worker_send(r, &claim_stmt, r->sql.claim, r->cfg->keep ? 10 : 9, params) == 0) {
         r->claim.wanted = 0;
         r->claim.sent_ms = mono_ms();
         if (!claim_used_floors(fc))
             r->m.claims_from_bottom_total++;
         ev_timer_stop(r->loop, &r->poll.timer);
     }
+    strbuf_destroy(&ws);
     strbuf_destroy(&floors);
     strbuf_destroy(&parts);
     strbuf_destroy(&ids);

@@ -21,12 +21,16 @@
 #include "core/log.h"
 #include "relay/relay_int.h"
 
-/* Each advance updates every held partition's watermark row; while a long transaction
- * holds the xmin horizon back, none of those versions can be pruned and each read of the
- * row walks them all (16,000 dead versions on 64 rows after 90 s at 100 ms, bench/longtx.sh
- * in keep mode). Every 500 ms they pile up 5 x slower; that alone does not keep the relay
- * up with that run (docs/PERFORMANCE.md). */
+/* A watermark row is updated by every write of its W; while a long transaction holds the
+ * xmin horizon back, none of its versions can be pruned and each read of the row walks them
+ * all (16,000 dead versions on 64 rows after 90 s at one write per 100 ms, bench/longtx.sh in
+ * keep mode; the relay fell behind for good). So the relay keeps the W of the partitions it
+ * holds: its advances move it every KEEP_ADVANCE_MS and it is written every KEEP_SAVE_MS
+ * (and before a shutdown ends); claims start at it, and the table is read only for a
+ * partition just leased. A W not yet written costs nothing if the relay dies: rows between
+ * the written W and it are recorded as published, and the next relay skips them. */
 #define KEEP_ADVANCE_MS 500
+#define KEEP_SAVE_MS 2000
 #define KEEP_CHECK_MS 10000
 
 /* This session holds lease partition `part` of the table whose lock key is `key`. */
@@ -111,23 +115,34 @@ static void keep_sql_rows(struct outbox_sql *sql, const struct keep_names *k)
 static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *k)
 {
     char *rec = recorded(k, "cur.p", "o.id"), *park = parked(k, "o.id");
-    /* $1 lease key, $2 the floors' proof, $3 relay. For every partition this session holds:
-     * the first row above W that is neither published nor parked (or the proof) bounds W. */
+    /* $1 lease key, $2 the floors' proof, $3 relay, $4 partitions whose W this relay knows
+     * (it moved or read them while holding them), $5 their W, $6 their W as last written, $7
+     * whether to write them. For every partition this session holds: the first row above W
+     * that is neither published nor parked (or the proof) bounds W. W is read from the table
+     * only for a partition the relay does not know (just leased): under a long transaction
+     * every version of a watermark row stays, and each read walks them all (keep.c's top).
+     * One row per partition held: its W, its W as written now (what the table holds: written,
+     * or found at or above it), the records above it, and the number of rows written. */
     free(sql->keep_advance);
     sql->keep_advance = xasprintf(
         "WITH parts AS (SELECT l.objid::int8::int2 AS p FROM pg_locks l WHERE l.locktype = 'advisory'"
         "  AND l.classid = $1::int::oid AND l.objsubid = 2 AND l.granted AND l.pid = pg_backend_pid()"
         "  AND l.objid < %d),"
-        " cur AS (SELECT parts.p, coalesce(wm.w, 0) AS w FROM parts LEFT JOIN %s wm ON wm.lease_partition = parts.p),"
-        " nw AS (SELECT cur.p, cur.w, coalesce((SELECT o.id - 1 FROM %s o WHERE o.status = 'PENDING'"
-        "   AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8 AND NOT %s AND NOT %s"
-        "   ORDER BY o.id LIMIT 1), $2::int8) AS w_new FROM cur),"
+        " known AS (SELECT parts.p, m.w, m.saved, CASE WHEN m.w IS NULL THEN (SELECT wm.w FROM %s wm"
+        "   WHERE wm.lease_partition = parts.p) END AS dbw"
+        "  FROM parts LEFT JOIN unnest($4::int2[], $5::int8[], $6::int8[]) AS m(p, w, saved) ON m.p = parts.p),"
+        " cur AS (SELECT p, coalesce(w, dbw, 0) AS w, coalesce(saved, dbw, 0) AS saved FROM known),"
+        " nw AS (SELECT cur.p, cur.w, cur.saved, greatest(cur.w, coalesce((SELECT o.id - 1 FROM %s o"
+        "   WHERE o.status = 'PENDING' AND o.lease_partition = cur.p AND o.id > cur.w AND o.id <= $2::int8"
+        "   AND NOT %s AND NOT %s ORDER BY o.id LIMIT 1), $2::int8)) AS w_new FROM cur),"
         " up AS (INSERT INTO %s AS wm (lease_partition, w, relay)"
-        "  SELECT p, w_new, $3 FROM nw WHERE w_new > w"
+        "  SELECT p, w_new, $3 FROM nw WHERE $7::bool AND w_new > saved"
         "  ON CONFLICT (lease_partition) DO UPDATE SET w = excluded.w, relay = excluded.relay,"
         "   updated_at = clock_timestamp() WHERE wm.w < excluded.w RETURNING lease_partition, w)"
-        " SELECT (SELECT count(*) FROM up),"
-        "  (SELECT count(*) FROM %s pb, nw WHERE pb.lease_partition = nw.p AND pb.top > greatest(nw.w, nw.w_new))",
+        " SELECT nw.p, nw.w_new, CASE WHEN $7::bool THEN greatest(nw.w_new, nw.saved) ELSE nw.saved END,"
+        "  (SELECT count(*) FROM %s pb WHERE pb.lease_partition = nw.p AND pb.top > nw.w_new),"
+        "  (SELECT count(*) FROM up)"
+        " FROM nw",
         OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub);
     free(rec);
     free(park);
@@ -242,13 +257,14 @@ void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strb
 {
     struct keep_names k = {0};
     keep_names_init(&k, schema_q, "", name);
+    /* where each starts: its floor, never below W ($10: W as the relay knows it, -1: read) */
     strbuf_printf(from,
-                  " FROM (SELECT lp0.part, greatest(lp0.floor, coalesce(wm.w, 0)) AS floor,"
+                  " FROM (SELECT lp0.part, greatest(lp0.floor, CASE WHEN lp0.w >= 0 THEN lp0.w"
+                  "   ELSE coalesce((SELECT wm.w FROM %s wm WHERE wm.lease_partition = lp0.part), 0) END) AS floor,"
                   "  coalesce((SELECT max(top) FROM %s pb WHERE pb.lease_partition = lp0.part), 0) AS pubtop,"
                   "  EXISTS (SELECT 1 FROM %s k WHERE k.lease_partition = lp0.part) AS noted"
-                  "  FROM unnest($4::int2[], $9::int8[]) AS lp0(part, floor)"
-                  "  LEFT JOIN %s wm ON wm.lease_partition = lp0.part) AS lp",
-                  k.pub, k.parked, k.wm);
+                  "  FROM unnest($4::int2[], $9::int8[], $10::int8[]) AS lp0(part, floor, w)) AS lp",
+                  k.wm, k.pub, k.parked);
     char *rec = recorded(&k, "lp.part", "p.id"), *park = parked(&k, "p.id");
     strbuf_printf(skip, "   AND (p.id > lp.pubtop OR NOT %s)   AND (NOT lp.noted OR NOT %s)", rec, park);
     strbuf_printf(requeued, "%s k", k.parked);
@@ -332,33 +348,96 @@ void keep_check_send(struct relay *r)
 
 static void advance_ok(struct relay *r, PGresult *res)
 {
-    if (PQntuples(res) != 1)
-        return;
-    r->m.keep_advances_total += (uint64_t)pg_int(PQgetvalue(res, 0, KEEP_ADVANCE_MOVED));
-    r->m.keep_published_records = pg_int(PQgetvalue(res, 0, KEEP_ADVANCE_RECORDS));
+    struct keep_state *k = &r->keep;
+    long long records = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        int p = (int)pg_int(PQgetvalue(res, i, KEEP_ADVANCE_PART));
+        if (p < 0 || p >= OUTBOX_LEASE_PARTITIONS)
+            continue;
+        int64_t w = pg_int(PQgetvalue(res, i, KEEP_ADVANCE_W));
+        uint64_t bit = UINT64_C(1) << p;
+        if ((k->known & bit) && w > k->w[p])
+            r->m.keep_advances_total++;
+        k->w[p] = w;
+        k->saved[p] = pg_int(PQgetvalue(res, i, KEEP_ADVANCE_SAVED));
+        k->known |= bit;
+        records += pg_int(PQgetvalue(res, i, KEEP_ADVANCE_RECORDS));
+    }
+    r->m.keep_published_records = records;
 }
 
 static const struct worker_stmt advance_stmt = {.what = "advancing the watermark", .on_ok = advance_ok};
 
+/* A partition held whose W moved since it was last written. */
+int keep_unsaved(const struct relay *r)
+{
+    const struct keep_state *k = &r->keep;
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if ((k->known & (UINT64_C(1) << p)) && k->w[p] > k->saved[p])
+            return 1;
+    return 0;
+}
+
+/* Whether the next advance writes W: every KEEP_SAVE_MS, and at once while shutting down. */
+static int save_now(const struct relay *r)
+{
+    return keep_unsaved(r) && (r->mode == MODE_DRAINING || mono_ms() >= r->keep.save_due_ms);
+}
+
 int keep_advance_due(const struct relay *r)
 {
-    return r->cfg->keep && r->keep.session_checked && !r->keep.blocked &&
-           (r->keep.dirty || r->claim.floors.proven != r->keep.proof_sent) &&
-           r->claim.floors.proven > 0 && mono_ms() >= r->keep.advance_due_ms;
+    return r->cfg->keep && r->keep.session_checked && !r->keep.blocked && r->claim.floors.proven > 0 &&
+           (r->keep.dirty || r->claim.floors.proven != r->keep.proof_sent || save_now(r)) &&
+           (mono_ms() >= r->keep.advance_due_ms || (r->mode == MODE_DRAINING && keep_unsaved(r)));
 }
 
 void keep_advance_send(struct relay *r)
 {
+    struct keep_state *k = &r->keep;
     char key[16], proof[24];
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
     snprintf(proof, sizeof(proof), "%lld", (long long)r->claim.floors.proven);
-    const char *params[3] = {key, proof, r->cfg->relay_name};
-    r->keep.advance_due_ms = mono_ms() + KEEP_ADVANCE_MS;
+    struct strbuf parts, ws, saved;
+    strbuf_init(&parts);
+    strbuf_init(&ws);
+    strbuf_init(&saved);
+    pgarray_open(&parts);
+    pgarray_open(&ws);
+    pgarray_open(&saved);
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+        if (k->known & (UINT64_C(1) << p)) {
+            pgarray_int(&parts, p);
+            pgarray_int(&ws, k->w[p]);
+            pgarray_int(&saved, k->saved[p]);
+        }
+    pgarray_close(&parts);
+    pgarray_close(&ws);
+    pgarray_close(&saved);
+    int save = save_now(r);
+    const char *params[7] = {key, proof, r->cfg->relay_name, parts.buf, ws.buf, saved.buf, save ? "true" : "false"};
+    k->advance_due_ms = mono_ms() + KEEP_ADVANCE_MS;
+    if (save)
+        k->save_due_ms = mono_ms() + KEEP_SAVE_MS;
     /* again after the next mark, or once the proof has moved */
-    r->keep.dirty = 0;
-    r->keep.proof_sent = r->claim.floors.proven;
-    if (worker_send(r, &advance_stmt, r->sql.keep_advance, 3, params) != 0)
-        r->keep.dirty = 1;
+    k->dirty = 0;
+    k->proof_sent = r->claim.floors.proven;
+    if (worker_send(r, &advance_stmt, r->sql.keep_advance, 7, params) != 0)
+        k->dirty = 1;
+    strbuf_destroy(&parts);
+    strbuf_destroy(&ws);
+    strbuf_destroy(&saved);
+}
+
+/* The claim's $10: W of each partition of the claim (aligned with its $4), -1 when the relay
+ * does not know it (the claim reads it from the table). */
+void keep_claim_w(const struct relay *r, const struct floor_claim *fc, struct strbuf *w)
+{
+    pgarray_open(w);
+    for (int i = 0; i < fc->nparts; i++) {
+        int p = fc->parts[i];
+        pgarray_int(w, (r->keep.known & (UINT64_C(1) << p)) ? r->keep.w[p] : -1);
+    }
+    pgarray_close(w);
 }
 
 /* ---- what this relay recorded, for its claims ------------------------------------- */
@@ -401,9 +480,12 @@ void keep_published(struct relay *r, const PGresult *res)
         }
 }
 
+/* Every lease change and every new session: the list goes, and so does every W the relay
+ * knew (the next advance and claims read the table's). */
 void keep_forget_published(struct relay *r)
 {
     r->keep.pub_n = 0;
+    r->keep.known = 0;
 }
 
 /* The claim's $1: the rows in flight, and in keep mode those recorded above the floors. */

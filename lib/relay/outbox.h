@@ -15,12 +15,15 @@ struct outbox_sql {
     char *claim;         /* $1 in-flight ids, $2 limit, $3 paused topics, $4 partitions,
                             $5 limit per partition, $6 payload bytes budget, $7 largest
                             payload fetched, $8 keys held back (kshare.h), $9 each
-                            partition's floor (aligned with $4): outbox_sql_claim */
+                            partition's floor (aligned with $4); in keep mode $10 each
+                            partition's W as the relay knows it, -1 unknown: outbox_sql_claim */
     char *floor_probe;   /* $1 transactions (virtual ids) seen writing at the last probe: those
                             writing the table now, and how many of $1 still are (floor.c) */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far; in keep mode
                             also $4 their lease partitions, $5 the lease key (keep.c) */
-    char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name */
+    char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name, $4
+                            partitions whose W the relay knows, $5 their W, $6 their W as
+                            written, $7 write them (keep.c) */
     char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason: rows at or below
                             its W neither recorded nor parked go to the parked table as
                             requeued (keep.c) */
@@ -107,7 +110,7 @@ struct keep_claim {
     const char *from, *skip, *requeued, *attempts;
 };
 enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
-enum keep_advance_col { KEEP_ADVANCE_MOVED, KEEP_ADVANCE_RECORDS };
+enum keep_advance_col { KEEP_ADVANCE_PART, KEEP_ADVANCE_W, KEEP_ADVANCE_SAVED, KEEP_ADVANCE_RECORDS, KEEP_ADVANCE_WRITTEN };
 enum keep_audit_col { KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED };
 enum keep_check_col {
     KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,

@@ -11,11 +11,13 @@
 
 /* ---- the decision -------------------------------------------------------------- */
 
-/* Whether every acknowledged row is marked and every write-back done (shutdown). */
+/* Whether every acknowledged row is marked and every write-back done (shutdown); in keep
+ * mode also every W written (unless the watermark is stopped, or the session is gone). */
 static int drained(const struct relay *r)
 {
     return !window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING)) &&
-           r->poison.n_updates == 0;
+           r->poison.n_updates == 0 &&
+           !(r->cfg->keep && !r->keep.blocked && pgconn_connected(r->worker) && keep_unsaved(r));
 }
 
 static void log_resumed(const char *topic)

@@ -115,6 +115,11 @@ struct keep_state {
     int64_t *pub_id;
     int *pub_part;
     size_t pub_n, pub_cap;
+    /* W of the partitions it holds, as its advances moved it (bit p of `known`), and as last
+     * written to the watermark table (every KEEP_SAVE_MS, and before a shutdown ends) */
+    uint64_t known;
+    int64_t w[OUTBOX_LEASE_PARTITIONS], saved[OUTBOX_LEASE_PARTITIONS];
+    int64_t save_due_ms;
 };
 
 /* lease.c */
@@ -228,6 +233,8 @@ void keep_advance_send(struct relay *r);
 void keep_mark_result(struct relay *r, const PGresult *res);
 void keep_published(struct relay *r, const PGresult *res);
 void keep_forget_published(struct relay *r);
+int keep_unsaved(const struct relay *r);
+void keep_claim_w(const struct relay *r, const struct floor_claim *fc, struct strbuf *w);
 void keep_claim_skip(const struct relay *r, struct strbuf *ids);
 int keep_audit_due(const struct relay *r);
 void keep_audit_send(struct relay *r);
