@@ -20,8 +20,6 @@ common_flags "[--rows N] [--rounds R] [--on-sent keep|mark|delete] [--out DIR]" 
 common_bench_out payloads
 common_setup
 relay_bin=$src/build/outbox-relay
-relay_pid=""
-stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 trap 'stop_relay; servers_stop' EXIT
 export PG_DURABLE=1
 servers_start
@@ -40,17 +38,8 @@ for r in $(seq 1 "$rounds"); do
             -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
                 SELECT 'p$r', 'k' || (g % 1000), 'Created', $value FROM generate_series(1, $rows) g" \
             -c "VACUUM ANALYZE outbox" -c "CHECKPOINT"
-        port=$(free_ports 1)
         p0=$(pg_ticks) t0=$(date +%s%3N)
-        OUTBOX_PG_DSN=$dsn OUTBOX_ON_SENT=$on_sent OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$RELAYTEST_KAFKA_PORT \
-            OUTBOX_HTTP_ADDR=127.0.0.1:$port OUTBOX_TOPIC_TEMPLATE="payloads.$type.{aggregate_type}" \
-            "$relay_bin" >>"$out/relay-$type.log" 2>&1 &
-        relay_pid=$!
-        deadline=$((SECONDS + 600))
-        until [ "$(metric_at "http://127.0.0.1:$port/metrics" outbox_marked_total 2>/dev/null || echo 0)" -ge "$rows" ]; do
-            [ $SECONDS -lt $deadline ] || { say "$type: not drained in 600 s"; exit 1; }
-            sleep 0.05
-        done
+        common_relay_drain "$dsn" "$on_sent" "payloads.$type.{aggregate_type}" "$out/relay-$type.log" "$rows"
         t1=$(date +%s%3N) p1=$(pg_ticks)
         c=$(awk '{ print $14 + $15 }' "/proc/$relay_pid/stat")
         stop_relay

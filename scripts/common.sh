@@ -14,6 +14,12 @@
 #                                         (nothing printed, a message on stderr) when the
 #                                         scrape fails or NAME is not exported
 #   median                                the median of the numbers on stdin, one per line
+#   common_relay_drain DSN MODE TOPICS LOG ROWS
+#                                         starts the release relay (OUTBOX_ON_SENT=MODE, topic
+#                                         template TOPICS, output appended to LOG) in the
+#                                         background and waits until it recorded ROWS (at most
+#                                         600 s, else exits 1); sets relay_pid and relay_port.
+#                                         stop_relay stops it (SIGTERM, waited for)
 #   common_bench                          what a benchmark does first: common_setup, the
 #                                         servers (stopped, and every pid in BENCH_PIDS
 #                                         killed, when the script exits), the outbox table
@@ -111,6 +117,20 @@ pg_ticks() {
     done
     echo "$t"
 }
+
+common_relay_drain() {
+    local deadline=$((SECONDS + 600))
+    relay_port=$(free_ports 1)
+    OUTBOX_PG_DSN=$1 OUTBOX_ON_SENT=$2 OUTBOX_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$RELAYTEST_KAFKA_PORT \
+        OUTBOX_HTTP_ADDR=127.0.0.1:$relay_port OUTBOX_TOPIC_TEMPLATE=$3 ./build/outbox-relay >>"$4" 2>&1 &
+    relay_pid=$!
+    until [ "$(metric_at "http://127.0.0.1:$relay_port/metrics" outbox_marked_total 2>/dev/null || echo 0)" -ge "$5" ]; do
+        [ $SECONDS -lt $deadline ] || { echo "common_relay_drain: $5 rows not recorded in 600 s ($4)" >&2; exit 1; }
+        sleep 0.05
+    done
+}
+relay_pid=""
+stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 

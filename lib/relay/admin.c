@@ -117,12 +117,9 @@ int admin_status(PGconn *conn, const struct config *cfg, const struct command *c
                   "   AS partitions"
                   " FROM pg_stat_activity a LEFT JOIN %s.\"%s_relay_state\" s"
                   "  ON s.relay = substr(a.application_name, 14)"
-                  " WHERE a.pid IN (SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory'"
-                  "  AND l.classid = %d::oid AND l.objid = %d AND l.objsubid = 2 AND l.granted"
-                  "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+                  " WHERE a.pid IN (SELECT l.pid FROM pg_locks l WHERE " OUTBOX_MEMBERS_WHERE ")"
                   " ORDER BY 1, 2",
-                  sql.lease_key, OUTBOX_LEASE_PARTITIONS, schema_q, name, sql.lease_key,
-                  OUTBOX_MEMBER_LOCK);
+                  sql.lease_key, OUTBOX_LEASE_PARTITIONS, schema_q, name, sql.lease_key);
     if (!(relays = pgconn_exec(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
 

@@ -62,9 +62,10 @@ static const struct setting settings[] = {
      "debezium layout, else mark"},
     {"OUTBOX_WATERMARK_AUDIT_MS", "watermark-audit-ms", SETTING_INT, OFF(watermark_audit_ms), "60000", 100,
      86400000, NULL,
-     "keep mode: every held lease partition's rows at or below its watermark are compared with "
-     "what was recorded as published once per this period; a row never published (a broken "
-     "writer rule, a restore) is published, counted and logged"},
+     "keep mode: once per this period each held lease partition's next 5,000 rows at or below "
+     "its watermark (from where its last turn ended) are compared with what was recorded as "
+     "published; a row never published (a broken writer rule, a restore) is published, counted "
+     "and logged"},
     {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, config_check_layout,
      "native: the relay's own table; debezium: Debezium's outbox table (id uuid, aggregatetype, "
      "aggregateid, type, payload), which `migrate` extends without touching its columns, and "

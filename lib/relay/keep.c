@@ -39,18 +39,17 @@
     ")::int::oid AND l.objid = (" part ")::int::oid AND l.objsubid = 2 AND l.granted"          \
     " AND l.pid = pg_backend_pid())"
 
-/* The relations keep mode's statements are written with. */
-struct keep_names {
-    char wm[200], pub[200], parked[200];
-    const char *schema_q, *table_q, *name;
-};
-
 /* "row `id` of partition `part` is recorded as published": the partition's records whose
- * range holds the id (normally none or one), then the id among theirs. Caller frees. */
+ * range holds the id (normally none or one), then the id among theirs. A scalar subquery,
+ * not EXISTS: PostgreSQL may turn an EXISTS into a join that reads every record of the
+ * partition once per row (an advance over 64 partitions with 95,000 records took 5.4 s
+ * instead of 0.13 s: bench/longtx.sh in keep mode, where retention had deleted none); a
+ * subquery with a LIMIT is run per row, from the index on (lease_partition, top). Caller
+ * frees. */
 static char *recorded(const struct keep_names *k, const char *part, const char *id)
 {
-    return xasprintf("EXISTS (SELECT 1 FROM %s pb WHERE pb.lease_partition = %s AND pb.top >= %s"
-                     " AND pb.low <= %s AND %s = ANY(pb.ids))", k->pub, part, id, id, id);
+    return xasprintf("((SELECT true FROM %s pb WHERE pb.lease_partition = %s AND pb.top >= %s"
+                     " AND pb.low <= %s AND %s = ANY(pb.ids) LIMIT 1) IS NOT NULL)", k->pub, part, id, id, id);
 }
 
 /* "row `id` is parked for good". Caller frees. */
@@ -147,19 +146,24 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
     free(rec);
     free(park);
     /* The audit (the safety net under the proof): $1 lease key, $2 a partition this session
-     * holds, $3 the reason. Every row of it at or below W must be recorded as published or
-     * parked; one that is neither (a row inserted below W with OVERRIDING SYSTEM VALUE, a
-     * restore, a broken proof) gets a requeued entry in the parked table, which the claim
-     * publishes. Records go once every row they name is gone (retention): below the lowest
-     * row left, and never above W. */
+     * holds, $3 the reason, $4 where this turn starts (the id its last turn ended at, 0 for
+     * the bottom), $5 at most this many rows. Every row of the partition at or below W must
+     * be recorded as published or parked; one that is neither (a row inserted below W with
+     * OVERRIDING SYSTEM VALUE, a restore, a broken proof) gets a requeued entry in the parked
+     * table, which the claim publishes. A turn looks at most $5 rows up (each looked up in
+     * the records like a claim does), so a table that retains millions of rows costs each
+     * turn the same; a pass over a partition takes as many turns as it has $5 rows below W.
+     * Records go once every row they name is gone (retention): below the lowest row left, and
+     * never above W. Returns: held, gaps, their first ids, records dropped, rows looked at,
+     * the last of them. */
+    char *rec_a = recorded(k, "$2::int2", "s.id");
     free(sql->keep_audit);
     sql->keep_audit = xasprintf(
         "WITH cur AS (SELECT coalesce((SELECT w FROM %s WHERE lease_partition = $2::int2), 0) AS w"
         "  WHERE " HOLDS_LEASE("$1", "$2") "),"
-        " rec AS (SELECT DISTINCT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2),"
-        " gap AS (SELECT o.id, o.lease_partition, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
-        "  AND o.lease_partition = $2::int2 AND o.id <= cur.w AND NOT EXISTS (SELECT 1 FROM rec WHERE rec.i = o.id)"
-        "  AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id)),"
+        " span AS (SELECT o.id, o.lease_partition, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
+        "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= cur.w ORDER BY o.id LIMIT $5::int),"
+        " gap AS (SELECT s.* FROM span s WHERE NOT %s AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = s.id)),"
         " ins AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
         "  SELECT id, lease_partition, aggregate_id, 0, $3, false FROM gap ON CONFLICT (id) DO NOTHING RETURNING id),"
         " low AS (SELECT least(cur.w + 1, (SELECT min(o.id) FROM %s o WHERE o.status = 'PENDING'"
@@ -167,8 +171,9 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
         " old AS (DELETE FROM %s pb USING low WHERE pb.lease_partition = $2::int2 AND pb.top < low.id RETURNING 1)"
         " SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM ins),"
         "  (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 20) x),"
-        "  (SELECT count(*) FROM old)",
-        k->wm, k->pub, k->table_q, k->parked, k->parked, k->table_q, k->pub);
+        "  (SELECT count(*) FROM old), (SELECT count(*) FROM span), (SELECT coalesce(max(id), 0) FROM span)",
+        k->wm, k->table_q, rec_a, k->parked, k->parked, k->table_q, k->pub);
+    free(rec_a);
     const char *t = k->table_q;
     free(sql->keep_check);
     sql->keep_check = xasprintf(
@@ -229,7 +234,7 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
     free(rec_any);
 }
 
-static void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name)
+void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name)
 {
     snprintf(k->wm, sizeof(k->wm), "%s.\"%s_watermark\"", schema_q, name);
     snprintf(k->pub, sizeof(k->pub), "%s.\"%s_published\"", schema_q, name);
@@ -502,20 +507,27 @@ void keep_claim_skip(const struct relay *r, struct strbuf *ids)
 
 /* ---- the audit: rows at or below W that were never published ---------------------- */
 
+/* Rows one audit turn looks at (keep_audit in keep_sql_watermark). */
+#define KEEP_AUDIT_ROWS 5000
+
 static void audit_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
         return;
+    int p = r->keep.audit_part;
     long long gaps = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_GAPS));
     if (gaps > 0) {
         r->m.keep_gaps_total += (uint64_t)gaps;
         log_error("keep: %lld rows of lease partition %d lie at or below its watermark but were never "
                   "recorded as published (ids %s%s): publishing them now. A row inserted with an id "
                   "below the watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a "
-                  "broken proof; see docs/OUTBOX-TABLE.md, Keep", gaps, r->keep.audit_part,
+                  "broken proof; see docs/OUTBOX-TABLE.md, Keep", gaps, p,
                   PQgetvalue(res, 0, KEEP_AUDIT_IDS), gaps > 20 ? ", ..." : "");
         r->claim.wanted = 1;
     }
+    /* the partition's next turn goes on from here, or from the bottom once a pass is done */
+    r->keep.audit_from[p] = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_ROWS_SEEN)) < KEEP_AUDIT_ROWS
+                                ? 0 : pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LAST));
     r->m.keep_audited_total++;
 }
 
@@ -529,7 +541,7 @@ int keep_audit_due(const struct relay *r)
 
 void keep_audit_send(struct relay *r)
 {
-    /* one held partition per turn, so that a round covers them all once per period */
+    /* one held partition per turn, so that a round gives each a turn once per period */
     r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / OUTBOX_LEASE_PARTITIONS;
     int p = r->keep.audit_next;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++, p = (p + 1) % OUTBOX_LEASE_PARTITIONS)
@@ -537,11 +549,14 @@ void keep_audit_send(struct relay *r)
             break;
     r->keep.audit_next = (p + 1) % OUTBOX_LEASE_PARTITIONS;
     r->keep.audit_part = p;
-    char key[16], part[8];
+    char key[16], part[8], from[24], rows[16];
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
     snprintf(part, sizeof(part), "%d", p);
-    const char *params[3] = {key, part, "at or below the watermark but never recorded as published (the audit)"};
-    worker_send(r, &audit_stmt, r->sql.keep_audit, 3, params);
+    snprintf(from, sizeof(from), "%lld", (long long)r->keep.audit_from[p]);
+    snprintf(rows, sizeof(rows), "%d", KEEP_AUDIT_ROWS);
+    const char *params[5] = {key, part, "at or below the watermark but never recorded as published (the audit)",
+                             from, rows};
+    worker_send(r, &audit_stmt, r->sql.keep_audit, 5, params);
 }
 
 void keep_mark_result(struct relay *r, const PGresult *res)

@@ -30,10 +30,8 @@ static long relays_running(PGconn *conn, int key, char *names, size_t len, char 
     char q[600];
     snprintf(q, sizeof(q),
              "SELECT count(*), coalesce(string_agg(DISTINCT a.application_name || ' (pid ' || a.pid || ')', ', '), '')"
-             " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
-             " WHERE l.locktype = 'advisory' AND l.classid = %d::oid AND l.objid = %d AND l.objsubid = 2"
-             " AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-             key, OUTBOX_MEMBER_LOCK);
+             " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE " OUTBOX_MEMBERS_WHERE,
+             key);
     PGresult *res = pgconn_exec(conn, q, 0, NULL, err, errlen);
     if (!res)
         return -1;
@@ -58,10 +56,10 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
 {
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
-    char wm[256], pub[256], parked[256], names[512];
-    snprintf(wm, sizeof(wm), "%s.\"%s_watermark\"", schema_q, name);
-    snprintf(pub, sizeof(pub), "%s.\"%s_published\"", schema_q, name);
-    snprintf(parked, sizeof(parked), "%s.\"%s_parked\"", schema_q, name);
+    struct keep_names k;
+    keep_names_init(&k, schema_q, table_q, name);
+    const char *wm = k.wm, *pub = k.pub, *parked = k.parked;
+    char names[512];
     int key = outbox_lease_key(cfg->table), rc = -1;
     long sent_w = 0, sent_rec = 0, failed = 0, noted = 0, n;
     char *q = NULL;

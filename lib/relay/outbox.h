@@ -7,6 +7,14 @@
 #define OUTBOX_LEASE_PARTITIONS 64
 /* Second key of the table's membership lock, held shared by every relay's worker session. */
 #define OUTBOX_MEMBER_LOCK 1000
+/* The pg_locks rows (alias l) of the relays that are members of the table's leases now, in
+ * this database; a format with one %d: the table's lease key (outbox_lease_key). */
+#define OUTBOX_STR_(x) #x
+#define OUTBOX_STR(x) OUTBOX_STR_(x)
+#define OUTBOX_MEMBERS_WHERE                                                                   \
+    "l.locktype = 'advisory' AND l.classid = %d::oid AND l.objid = "                           \
+    OUTBOX_STR(OUTBOX_MEMBER_LOCK) " AND l.objsubid = 2"                                       \
+    " AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 
 #include "relay/config.h"
 #include "core/util.h"
@@ -24,9 +32,9 @@ struct outbox_sql {
     char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name, $4
                             partitions whose W the relay knows, $5 their W, $6 their W as
                             written, $7 write them (keep.c) */
-    char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason: rows at or below
-                            its W neither recorded nor parked go to the parked table as
-                            requeued (keep.c) */
+    char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason, $4 after this id,
+                            $5 at most this many rows: rows at or below its W neither
+                            recorded nor parked go to the parked table as requeued (keep.c) */
     char *keep_check;    /* keep mode: the id's identity kind, its sequence's cache and last
                             value (0 before the first id, NULL when this role may not read it),
                             max(id), max(W), the sequence's name */
@@ -111,11 +119,19 @@ struct keep_claim {
 };
 enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
 enum keep_advance_col { KEEP_ADVANCE_PART, KEEP_ADVANCE_W, KEEP_ADVANCE_SAVED, KEEP_ADVANCE_RECORDS, KEEP_ADVANCE_WRITTEN };
-enum keep_audit_col { KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED };
+enum keep_audit_col {
+    KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED, KEEP_AUDIT_ROWS_SEEN, KEEP_AUDIT_LAST
+};
 enum keep_check_col {
     KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
     KEEP_CHECK_SEQUENCE
 };
+/* The relations keep mode's statements are written with (keep.c, keep_leave.c). */
+struct keep_names {
+    char wm[200], pub[200], parked[200];
+    const char *schema_q, *table_q, *name;
+};
+void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name);
 void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name);
 void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
                              struct strbuf *requeued);

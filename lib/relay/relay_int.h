@@ -110,6 +110,7 @@ struct keep_state {
     int64_t audit_due_ms;   /* the next partition's audit */
     int audit_next;         /* the partition after the one audited last */
     int audit_part;         /* the partition of the audit in flight */
+    int64_t audit_from[OUTBOX_LEASE_PARTITIONS]; /* where each partition's next turn starts */
     /* Rows this relay recorded as published, above its floors: the claim skips them as it
      * skips rows in flight (a hashed list) instead of looking each up in the records. */
     int64_t *pub_id;
