@@ -62,7 +62,7 @@ static const struct setting settings[] = {
      "debezium layout, else mark"},
     {"OUTBOX_WATERMARK_AUDIT_MS", "watermark-audit-ms", SETTING_INT, OFF(watermark_audit_ms), "60000", 100,
      86400000, NULL,
-     "keep mode: once per this period each held lease partition's next 5,000 rows at or below "
+     "keep mode: once per this period each held lease partition's next 320,000 ids at or below "
      "its watermark (from where its last turn ended) are compared with what was recorded as "
      "published; a row never published (a broken writer rule, a restore) is published, counted "
      "and logged"},

@@ -146,24 +146,27 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
     free(rec);
     free(park);
     /* The audit (the safety net under the proof): $1 lease key, $2 a partition this session
-     * holds, $3 the reason, $4 where this turn starts (the id its last turn ended at, 0 for
-     * the bottom), $5 at most this many rows. Every row of the partition at or below W must
-     * be recorded as published or parked; one that is neither (a row inserted below W with
-     * OVERRIDING SYSTEM VALUE, a restore, a broken proof) gets a requeued entry in the parked
-     * table, which the claim publishes. A turn looks at most $5 rows up (each looked up in
-     * the records like a claim does), so a table that retains millions of rows costs each
-     * turn the same; a pass over a partition takes as many turns as it has $5 rows below W.
-     * Records go once every row they name is gone (retention): below the lowest row left, and
-     * never above W. Returns: held, gaps, their first ids, records dropped, rows looked at,
-     * the last of them. */
-    char *rec_a = recorded(k, "$2::int2", "s.id");
+     * holds, $3 the reason, $4 and $5 the ids this turn looks at (above $4, up to $5). Every
+     * row of the partition at or below W must be recorded as published or parked; one that is
+     * neither (a row inserted below W with OVERRIDING SYSTEM VALUE, a restore, a broken proof)
+     * gets a requeued entry in the parked table, which the claim publishes. A turn covers a
+     * span of ids, not the partition: the rows in it, and the records that overlap it (found
+     * by the BRIN index on their lowest and highest ids, or the btree on their highest, as the
+     * planner sees fit with the bounds known), so that a table retaining millions of rows
+     * costs each turn the same. (A per-row lookup of old rows in the records reads every later
+     * record of the partition: a bitmap scan cannot stop at the first match.) Records go once
+     * every row they name is gone (retention): below the lowest row left, and never above W.
+     * Returns: held, gaps, their first ids, records dropped, W, the partition's lowest row. */
     free(sql->keep_audit);
     sql->keep_audit = xasprintf(
         "WITH cur AS (SELECT coalesce((SELECT w FROM %s WHERE lease_partition = $2::int2), 0) AS w"
         "  WHERE " HOLDS_LEASE("$1", "$2") "),"
         " span AS (SELECT o.id, o.lease_partition, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
-        "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= cur.w ORDER BY o.id LIMIT $5::int),"
-        " gap AS (SELECT s.* FROM span s WHERE NOT %s AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = s.id)),"
+        "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= least($5::int8, cur.w)),"
+        " rec AS (SELECT DISTINCT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2"
+        "  AND pb.low <= $5::int8 AND pb.top > $4::int8 AND i > $4::int8 AND i <= $5::int8),"
+        " gap AS (SELECT s.* FROM span s WHERE NOT EXISTS (SELECT 1 FROM rec WHERE rec.i = s.id)"
+        "  AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = s.id)),"
         " ins AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
         "  SELECT id, lease_partition, aggregate_id, 0, $3, false FROM gap ON CONFLICT (id) DO NOTHING RETURNING id),"
         " low AS (SELECT least(cur.w + 1, (SELECT min(o.id) FROM %s o WHERE o.status = 'PENDING'"
@@ -171,9 +174,8 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
         " old AS (DELETE FROM %s pb USING low WHERE pb.lease_partition = $2::int2 AND pb.top < low.id RETURNING 1)"
         " SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM ins),"
         "  (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 20) x),"
-        "  (SELECT count(*) FROM old), (SELECT count(*) FROM span), (SELECT coalesce(max(id), 0) FROM span)",
-        k->wm, k->table_q, rec_a, k->parked, k->parked, k->table_q, k->pub);
-    free(rec_a);
+        "  (SELECT count(*) FROM old), (SELECT w FROM cur), (SELECT id FROM low)",
+        k->wm, k->table_q, k->pub, k->parked, k->parked, k->table_q, k->pub);
     const char *t = k->table_q;
     free(sql->keep_check);
     sql->keep_check = xasprintf(
@@ -507,9 +509,9 @@ void keep_claim_skip(const struct relay *r, struct strbuf *ids)
 
 /* ---- the audit: rows at or below W that were never published ---------------------- */
 
-/* Rows one audit turn looks at (keep_audit in keep_sql_watermark). */
-#define KEEP_AUDIT_ROWS 5000
-
+/* The ids one audit turn looks at: about 5,000 rows of a partition when keys spread evenly
+ * over the 64 (keep_audit in keep_sql_watermark). */
+#define KEEP_AUDIT_SPAN 320000
 static void audit_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
@@ -525,9 +527,12 @@ static void audit_ok(struct relay *r, PGresult *res)
                   PQgetvalue(res, 0, KEEP_AUDIT_IDS), gaps > 20 ? ", ..." : "");
         r->claim.wanted = 1;
     }
-    /* the partition's next turn goes on from here, or from the bottom once a pass is done */
-    r->keep.audit_from[p] = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_ROWS_SEEN)) < KEEP_AUDIT_ROWS
-                                ? 0 : pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LAST));
+    /* the partition's next turn goes on from here (never below its lowest row), or from the
+     * bottom once a pass reached W */
+    int64_t to = r->keep.audit_from[p] + KEEP_AUDIT_SPAN, low = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LOW));
+    r->keep.audit_from[p] = to >= pg_int(PQgetvalue(res, 0, KEEP_AUDIT_W)) ? 0 : to;
+    if (r->keep.audit_from[p] < low - 1)
+        r->keep.audit_from[p] = low - 1;
     r->m.keep_audited_total++;
 }
 
@@ -549,13 +554,13 @@ void keep_audit_send(struct relay *r)
             break;
     r->keep.audit_next = (p + 1) % OUTBOX_LEASE_PARTITIONS;
     r->keep.audit_part = p;
-    char key[16], part[8], from[24], rows[16];
+    char key[16], part[8], from[24], to[24];
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
     snprintf(part, sizeof(part), "%d", p);
     snprintf(from, sizeof(from), "%lld", (long long)r->keep.audit_from[p]);
-    snprintf(rows, sizeof(rows), "%d", KEEP_AUDIT_ROWS);
+    snprintf(to, sizeof(to), "%lld", (long long)r->keep.audit_from[p] + KEEP_AUDIT_SPAN);
     const char *params[5] = {key, part, "at or below the watermark but never recorded as published (the audit)",
-                             from, rows};
+                             from, to};
     worker_send(r, &audit_stmt, r->sql.keep_audit, 5, params);
 }
 

@@ -33,7 +33,7 @@ struct outbox_sql {
                             partitions whose W the relay knows, $5 their W, $6 their W as
                             written, $7 write them (keep.c) */
     char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason, $4 after this id,
-                            $5 at most this many rows: rows at or below its W neither
+                            $5 up to this one: rows at or below its W neither
                             recorded nor parked go to the parked table as requeued (keep.c) */
     char *keep_check;    /* keep mode: the id's identity kind, its sequence's cache and last
                             value (0 before the first id, NULL when this role may not read it),
@@ -120,7 +120,7 @@ struct keep_claim {
 enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
 enum keep_advance_col { KEEP_ADVANCE_PART, KEEP_ADVANCE_W, KEEP_ADVANCE_SAVED, KEEP_ADVANCE_RECORDS, KEEP_ADVANCE_WRITTEN };
 enum keep_audit_col {
-    KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED, KEEP_AUDIT_ROWS_SEEN, KEEP_AUDIT_LAST
+    KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED, KEEP_AUDIT_W, KEEP_AUDIT_LOW
 };
 enum keep_check_col {
     KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
