@@ -10,14 +10,16 @@
 -- ranges). The view's lookup names no lease partition (the id is in one partition's records
 -- only): by its partition the planner would walk every later record of it (the btree on
 -- (lease_partition, top)), 0.18 ms per old row.
--- Lock: the build takes SHARE on <table>_published (marks of a running keep-mode relay wait
--- for it: a scan of the records, which retention keeps few), the drop ACCESS EXCLUSIVE
--- briefly; at most 5 s of waiting for either, then this migration fails and is run again.
--- The outbox table itself is not touched.
+-- Lock: one transaction, with at most 5 s of waiting for each lock (then this migration
+-- fails and is simply run again). The index is built in it, not CONCURRENTLY (the rule for
+-- the outbox table's indexes): a build CONCURRENTLY waits for every older snapshot, among
+-- them those of the other `migrate`s queued on migrate's lock, which wait for this one (a
+-- deadlock, seen with five at once in migrate_online). It is the relay's own table, never
+-- the writers': the build holds SHARE on <table>_published for one scan of it (the records,
+-- one per lease partition per mark, that retention has not yet removed: about 1 s per
+-- million), during which keep-mode relays' marks wait; the drop takes ACCESS EXCLUSIVE on
+-- it for a moment. The outbox table itself is not touched.
 SET LOCAL lock_timeout = '5s';
-
-CREATE INDEX IF NOT EXISTS "@NAME@_published_brin" ON @SCHEMA@."@NAME@_published"
-    USING brin (low, top) WITH (pages_per_range = 4);
 
 CREATE OR REPLACE VIEW @SCHEMA@."@NAME@_kept" AS
 SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.topic, o.payload, o.headers,
@@ -39,4 +41,6 @@ FROM @TABLE@ o
 LEFT JOIN @SCHEMA@."@NAME@_watermark" wm ON wm.lease_partition = o.lease_partition
 LEFT JOIN @SCHEMA@."@NAME@_parked" k ON k.id = o.id;
 
+CREATE INDEX IF NOT EXISTS "@NAME@_published_brin" ON @SCHEMA@."@NAME@_published"
+    USING brin (low, top) WITH (pages_per_range = 4);
 DROP INDEX IF EXISTS @SCHEMA@."@NAME@_published_range_idx";
