@@ -56,7 +56,7 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
 {
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
-    struct keep_names k;
+    struct keep_names k = {0};
     keep_names_init(&k, schema_q, table_q, name);
     const char *wm = k.wm, *pub = k.pub, *parked = k.parked;
     char names[512];
