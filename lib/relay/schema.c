@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "relay/outbox.h"
@@ -359,6 +360,35 @@ static int check_layout(PGconn *conn, const char *table, const char *table_q, in
     return 0;
 }
 
+/* migrate's lock, waited for without a statement running: a session waiting in
+ * pg_advisory_lock holds a snapshot, and a step that builds an index CONCURRENTLY waits for
+ * every older snapshot, so migrates queued behind one building an index deadlocked with it
+ * (five at once in debezium_operate). At most MIGRATE_LOCK_WAIT_MS, as lock_timeout was. */
+#define MIGRATE_LOCK_WAIT_MS 30000
+static int migrate_lock(PGconn *conn, char *err, size_t errlen)
+{
+    char q[80];
+    snprintf(q, sizeof(q), "SELECT pg_try_advisory_lock(%lld)", MIGRATE_LOCK_KEY);
+    for (int waited = 0;; waited += 100) {
+        PGresult *res = pgconn_exec(conn, q, 0, NULL, err, errlen);
+        if (!res)
+            return -1;
+        int got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        if (got)
+            return 0;
+        if (waited >= MIGRATE_LOCK_WAIT_MS) {
+            set_err(err, errlen, "another migrate has held migrate's lock on this database for %d s "
+                    "(a long step, or a migrate stopped without ending its session); run migrate "
+                    "again once it is done", MIGRATE_LOCK_WAIT_MS / 1000);
+            return -1;
+        }
+        if (waited == 0)
+            log_info("migrate: another migrate is running on this database; waiting for it");
+        usleep(100 * 1000);
+    }
+}
+
 int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
                    int *applied, char *err, size_t errlen)
 {
@@ -373,8 +403,7 @@ int schema_migrate(PGconn *conn, const char *table, const char *payload_type, in
     if (exec_ok(conn, "SET lock_timeout = '30s'; SET client_min_messages = warning; "
                 "SET search_path = pg_catalog, pg_temp", 0, NULL, err, errlen) != 0)
         goto out;
-    strbuf_printf(&sql, "SELECT pg_advisory_lock(%lld)", MIGRATE_LOCK_KEY);
-    if (exec_ok(conn, sql.buf, 0, NULL, err, errlen) != 0)
+    if (migrate_lock(conn, err, errlen) != 0)
         goto out;
     locked = 1;
     if (bookkeeping(conn, schema_q, err, errlen) != 0)

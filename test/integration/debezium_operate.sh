@@ -2,7 +2,8 @@
 # Operating the Debezium layout. Wrong settings stop the relay naming what to set: the
 # native layout on a Debezium table (relay and migrate), the Debezium layout on a native
 # table, an OUTBOX_ADDITIONAL_PLACEMENT column the table lacks, a table without Debezium's
-# columns. migrate is safe to run again, also over an index whose build failed half-way. Poison: a row whose aggregatetype makes an invalid
+# columns. migrate is safe to run again, also over an index whose build failed half-way, and
+# five at once over a step that builds an index CONCURRENTLY. Poison: a row whose aggregatetype makes an invalid
 # topic is parked with its reason while other keys flow, the later rows of its key wait,
 # `status` lists it, and after the operator fixes the row `requeue --key` lets both flow in
 # order (by delete-on-send, the table ends empty).
@@ -33,6 +34,24 @@ valid=$(psqlc "SELECT string_agg(c.relname || ':' || i.indisvalid || ':' || (pg_
                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'outbox_pending_idx'")
 [ "$valid" = "outbox_pending_idx:true:true" ] || fail "the pending index after migrate: $valid"
 log "an invalid index left by a failed build: dropped and built again by migrate"
+
+# Five migrates at once (five sidecars starting) over a step that builds an index
+# CONCURRENTLY: one applies, the others wait for migrate's lock and find it done. (A build
+# CONCURRENTLY waits for every older snapshot, and a migrate that waited for the lock inside
+# a statement held one: the waiters and the build deadlocked.)
+psqlc "DROP INDEX outbox_pending_idx"
+psqlc "DELETE FROM outbox_relay_schema WHERE version = 6"
+migrates=()
+for i in 1 2 3 4 5; do
+    OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate-c$i.log" 2>&1 &
+    migrates+=($!)
+done
+for p in "${migrates[@]}"; do wait "$p" || { cat "$WORK"/migrate-c*.log; fail "one of five concurrent migrates failed"; }; done
+applied=$(grep -l "migrate: applied " "$WORK"/migrate-c[1-5].log | wc -l)
+[ "$applied" = 1 ] || fail "$applied of the five concurrent migrates applied the step (want exactly 1)"
+[ "$(psqlc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_pending_idx'::regclass")" = t ] ||
+    fail "the pending index was not built by the concurrent migrates"
+log "five migrates at once over a build CONCURRENTLY: one applied, four found it done"
 
 refused() { # WHAT WANT-PATTERN COMMAND...: COMMAND exits non-zero with a message matching WANT
     local what=$1 want=$2 rc=0
