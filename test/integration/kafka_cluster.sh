@@ -31,12 +31,19 @@ writer=$!
 RELAY_PIDS+=("$writer") # killed when the test ends, whatever its outcome
 wait_until 120 "first rows relayed through the cluster" rows_at_least 1000 "status = 'SENT'"
 leaders() { "$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" leaders "$TOPIC_PREFIX.order" >"$WORK/leaders.$1" || fail "no leaders of the topic"; }
-moved=0 inflight_at_kills=0
+moved=0 inflight_at_kills=0 inflight=0
+inflight_now() { inflight=$(metric r outbox_inflight_rows) && [ "$inflight" -gt 0 ]; }
 for n in 1 2 3; do
     leaders before
     led=$(awk -v n="$n" '$2 == n { print $1 }' "$WORK/leaders.before" | tr '\n' ' ')
-    inflight_at_kills=$((inflight_at_kills + $(metric r outbox_inflight_rows)))
-    log "SIGKILL broker $n (leader of partitions: ${led:-none})"
+    # Killed while the relay has rows in flight, so that the kill lands on produce requests
+    # not yet acknowledged. (The count was read once at a fixed moment before: the writers
+    # commit in bursts with pauses, and the relay often has nothing in flight between them;
+    # in CI all three reads came back 0 once, and the check after the loop failed before
+    # the proof from Kafka ran.)
+    wait_until 15 "rows in flight before killing broker $n" inflight_now
+    inflight_at_kills=$((inflight_at_kills + inflight))
+    log "SIGKILL broker $n (leader of partitions: ${led:-none}; $inflight rows in flight)"
     bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$KC/n$n"
     sleep 4
     # the controller fences the dead broker after its session timeout (9 s) and moves the
