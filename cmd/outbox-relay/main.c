@@ -106,7 +106,8 @@ static int migrate(const struct config *cfg, const struct command *cmd)
     char err[1024];
     int applied = 0;
     int rc = schema_migrate(conn, cfg->table, cfg->payload_type, cfg->debezium, &applied, err, sizeof(err));
-    if (rc == 0 && cmd->leave_keep && keep_leave(conn, cfg, err, sizeof(err)) != 0) {
+    if (rc == 0 && ((cmd->leave_keep && keep_leave(conn, cfg, err, sizeof(err)) != 0) ||
+                    (cmd->partition_ids && keep_partition(conn, cfg, cmd->partition_ids, err, sizeof(err)) != 0))) {
         PQfinish(conn);
         log_error("migrate: %s", err);
         return OUTBOX_EXIT_FAILED;

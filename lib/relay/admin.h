@@ -15,6 +15,9 @@ int admin_requeue(PGconn *conn, const struct config *cfg, const struct command *
  * mark mode keeps it (published rows SENT, parked rows FAILED), then removed; refused while
  * a relay runs on the table. 0, or -1 with err. */
 int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen);
+/* migrate --partition IDS (keep_partition.c): the outbox becomes a table partitioned by id
+ * range, IDS ids per partition (done already: the partitions ahead are checked). 0, or -1. */
+int keep_partition(PGconn *conn, const struct config *cfg, long long width, char *err, size_t errlen);
 int admin_purge(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen);
 
 #endif

@@ -205,7 +205,8 @@ static int command_flag(struct command *cmd, int argc, char **argv, int *i, char
                : strcmp(arg, "--id") == 0    ? &cmd->id
                : strcmp(arg, "--key") == 0   ? &cmd->key
                                              : NULL;
-    if (!dst && strcmp(arg, "--limit") != 0)
+    int partition = strcmp(arg, "--partition") == 0;
+    if (!dst && strcmp(arg, "--limit") != 0 && !partition)
         return 0;
     int stamp = dst == &cmd->since || dst == &cmd->until;
     if (*i + 1 >= argc || (stamp && !argv[*i + 1][0]))
@@ -213,6 +214,13 @@ static int command_flag(struct command *cmd, int argc, char **argv, int *i, char
                        stamp ? " (a timestamp, e.g. 2026-11-30T10:00:00Z)" : "");
     const char *v = argv[++*i];
     char *end;
+    if (partition) {
+        cmd->partition_ids = strtoll(v, &end, 10);
+        if (*end || cmd->partition_ids < 1000 || cmd->partition_ids > 1000000000000LL)
+            return set_err(err, errlen, "--partition: expected the ids per partition, from 1000 to "
+                           "1000000000000, got '%s'", v);
+        return 1;
+    }
     if (!dst) {
         cmd->limit = strtoll(v, &end, 10);
         if (*end || cmd->limit <= 0)
@@ -235,6 +243,13 @@ static int check_command(const struct config *cfg, const struct command *cmd, ch
     const char *c = cmd->name;
     if (cmd->leave_keep && strcmp(c, "migrate") != 0)
         return set_err(err, errlen, "--leave-keep belongs to migrate (outbox-relay migrate --leave-keep)");
+    if (cmd->partition_ids && strcmp(c, "migrate") != 0)
+        return set_err(err, errlen, "--partition belongs to migrate (outbox-relay migrate --partition IDS)");
+    if (cmd->partition_ids && (!cfg->keep || cfg->debezium))
+        return set_err(err, errlen, "migrate --partition: id-range partitions are keep mode's; run it with "
+                       "OUTBOX_ON_SENT=keep on a native-layout table");
+    if (cmd->partition_ids && cmd->leave_keep)
+        return set_err(err, errlen, "migrate: --partition and --leave-keep go in opposite directions; give one");
     if (cmd->leave_keep && cfg->keep)
         return set_err(err, errlen, "migrate --leave-keep: OUTBOX_ON_SENT is keep; run the step with the "
                        "mode the table goes to (mark or delete)");
@@ -375,6 +390,8 @@ void config_print_help(FILE *out)
             "  migrate [--leave-keep]  apply the schema to the outbox table and exit; --leave-keep:\n"
             "                 the table leaves keep mode (published rows SENT, parked FAILED;\n"
             "                 no relay may run on it)\n"
+            "  migrate --partition IDS  (keep mode) make the outbox a partitioned table, IDS ids\n"
+            "                 per partition; retention then drops whole partitions\n"
             "  status [--json]                 backlog, oldest age, parked rows, topics, relays\n"
             "  requeue --id N | --key K | --all  parked (FAILED) rows back to PENDING\n"
             "  purge [--json]                  delete SENT rows older than OUTBOX_RETENTION now\n"

@@ -73,6 +73,7 @@ struct command {
     int dry_run;      /* replay --dry-run */
     int check_config; /* --check-config */
     int leave_keep;   /* migrate --leave-keep */
+    long long partition_ids; /* migrate --partition IDS (0: not asked) */
     int show_help;    /* 1 --help, 2 --help-markdown */
     int show_version; /* --version */
 };

@@ -224,6 +224,11 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w) - (SELECT count(*) FROM old)",
         k->table_q, k->wm, k->parked, k->table_q);
+    /* id-range partitions (migrate --partition): kept ahead of the identity, dropped by
+     * retention (the owner's function, schema 9) */
+    free(sql->partitions);
+    sql->partitions = xasprintf("SELECT partitioned, created, dropped, dropped_rows, ahead_now, busy"
+                                " FROM %s.\"%s_partitions\"($1::int)", k->schema_q, k->name);
     /* rows a previous relay may have published: above W, at or below its claim mark */
     free(sql->duplicates);
     sql->duplicates = xasprintf(

@@ -17,7 +17,7 @@
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
 
-enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_PURGE };
+enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_PARTITIONS, STEP_PURGE };
 
 struct monitor {
     struct ev_loop *loop;
@@ -32,6 +32,10 @@ struct monitor {
     int stats_due;
     int64_t stats_sent_ms, stats_next_ms; /* monotonic */
     int purge_due;
+    int partitions_due; /* keep mode: the partitions' turn comes before the purge */
+    int partitioned;    /* keep mode: the outbox is partitioned by id (its last answer) */
+    int ahead_warned;
+    int partitions_failed_logged;
     long long purge_after_id;
     long long purge_cycle_deleted;
     int long_tx_reported_pid;
@@ -231,6 +235,56 @@ static void purge_done(void *ctx, PGresult *res)
     next(mon);
 }
 
+/* Keep mode: partitions kept ahead of the identity and dropped by retention (schema 9's
+ * function, as the table's owner); a table that is not partitioned gets the row purge. */
+static void partitions_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    if (!pgconn_result_ok(res) || PQntuples(res) != 1) {
+        /* (the role may lack EXECUTE on the function: then the row purge, which works on
+         * either kind of table, keeps retention going) */
+        if (!mon->partitions_failed_logged || mon->partitioned)
+            failed(mon, "partition maintenance (the relay's role needs EXECUTE on the table's "
+                   "_partitions function: deploy/roles.sql)", res);
+        mon->partitions_failed_logged = 1;
+        PQclear(res);
+        mon->purge_due = mon->cfg->retention_seconds > 0;
+        next(mon);
+        return;
+    }
+    mon->partitioned = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    if (!mon->partitioned) {
+        mon->m->partitions_ahead = -1;
+        PQclear(res);
+        mon->purge_due = mon->cfg->retention_seconds > 0;
+        next(mon);
+        return;
+    }
+    long long created = (long long)num(res, 1), dropped = (long long)num(res, 2),
+              rows = (long long)num(res, 3), ahead = (long long)num(res, 4);
+    const char *busy = PQgetisnull(res, 0, 5) ? NULL : PQgetvalue(res, 0, 5);
+    mon->m->partitions_created_total += (uint64_t)created;
+    mon->m->partitions_dropped_total += (uint64_t)dropped;
+    mon->m->partitions_ahead = ahead;
+    if (created > 0)
+        log_info("partitions: made %lld partition%s ahead of the identity (%lld ahead)", created,
+                 created == 1 ? "" : "s", ahead);
+    if (dropped > 0)
+        log_info("retention: dropped %lld partition%s (about %lld rows, every one published, older than %s)",
+                 dropped, dropped == 1 ? "" : "s", rows, mon->cfg->retention);
+    if (busy)
+        log_warn("partitions: %s waited too long for its lock (a transaction holds the outbox); tried "
+                 "again in %.0f s", busy, PURGE_INTERVAL_S);
+    if (ahead < 2 && !mon->ahead_warned)
+        log_error("partitions: only %lld partition%s ahead of the identity of %s: writers fail once their "
+                  "ids find none (see the log above for why none was made)",
+                  ahead, ahead == 1 ? " is" : "s are", mon->cfg->table);
+    mon->ahead_warned = ahead < 2;
+    PQclear(res);
+    next(mon);
+}
+
 /* Runs the next due step; one statement at a time on the monitor connection. */
 static void next(struct monitor *mon)
 {
@@ -253,6 +307,15 @@ static void next(struct monitor *mon)
         const char *params[1] = {cap};
         if (pgconn_query(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
             mon->step = STEP_STATS;
+        return;
+    }
+    if (mon->partitions_due && mon->sql->partitions) {
+        mon->partitions_due = 0;
+        char secs[16];
+        snprintf(secs, sizeof(secs), "%d", mon->cfg->retention_seconds);
+        const char *params[1] = {mon->cfg->retention_seconds > 0 ? secs : NULL};
+        if (pgconn_query(mon->conn, mon->sql->partitions, 1, params, partitions_done, mon) == 0)
+            mon->step = STEP_PARTITIONS;
         return;
     }
     if (mon->purge_due && mon->cfg->retention_seconds > 0) {
@@ -281,7 +344,10 @@ static void purge_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     struct monitor *mon = w->data;
-    mon->purge_due = 1;
+    if (mon->sql->partitions)
+        mon->partitions_due = 1; /* then the purge, if the table is not partitioned */
+    else
+        mon->purge_due = 1;
     next(mon);
 }
 
@@ -326,7 +392,7 @@ void monitor_start(struct monitor *mon)
 {
     pgconn_start(mon->conn);
     ev_timer_start(mon->loop, &mon->stats_timer);
-    if (mon->cfg->retention_seconds > 0)
+    if (mon->cfg->retention_seconds > 0 || mon->sql->partitions)
         ev_timer_start(mon->loop, &mon->purge_timer);
 }
 

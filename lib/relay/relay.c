@@ -194,6 +194,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->mode = MODE_RUNNING;
     metrics_init(&r->m);
     r->m.table = cfg->table;
+    r->m.partitions_ahead = -1;
     outbox_sql_init(&r->sql, cfg);
     floors_init(&r->claim.floors);
     poll_init(r);

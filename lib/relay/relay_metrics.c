@@ -52,6 +52,10 @@ static const struct counter_def {
      offsetof(struct metrics, resets_total)},
     {"outbox_retention_deleted_total", "SENT rows deleted by retention.",
      offsetof(struct metrics, retention_deleted_total)},
+    {"outbox_partitions_created_total", "OUTBOX_ON_SENT=keep, partitioned outbox: partitions made ahead of the identity.",
+     offsetof(struct metrics, partitions_created_total)},
+    {"outbox_partitions_dropped_total", "OUTBOX_ON_SENT=keep, partitioned outbox: partitions dropped by retention.",
+     offsetof(struct metrics, partitions_dropped_total)},
     {"outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
      offsetof(struct metrics, pg_reconnects_total)},
     {"outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",
@@ -153,6 +157,11 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
     metrics_gauge(o, "outbox_watermark_blocked",
                   "OUTBOX_ON_SENT=keep: 1 while the watermark's proof fails its check (see the log).",
                   m->keep_blocked);
+    if (m->partitions_ahead >= 0)
+        metrics_gauge(o, "outbox_partitions_ahead",
+                      "OUTBOX_ON_SENT=keep, partitioned outbox: empty partitions above the identity; "
+                      "a writer whose id finds none fails (alert below 2).",
+                      (double)m->partitions_ahead);
     metrics_gauge(o, "outbox_published_records",
                   "OUTBOX_ON_SENT=keep: records of rows published above the watermarks of the "
                   "partitions this relay holds (they wait for a row below them).",
