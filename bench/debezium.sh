@@ -47,8 +47,7 @@ bash test/env/connect.sh fetch
 ninja -C build test/kafka-admin bench/e2e-latency >/dev/null
 relay_bin=$src/build/outbox-relay admin=$src/build/test/kafka-admin e2e=$src/build/bench/e2e-latency
 relay_pid="" lat_pid=""
-stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
-trap 'stop_relay; [ -z "$lat_pid" ] || kill "$lat_pid" 2>/dev/null || true; bash test/env/connect.sh stop "$out/connect" >/dev/null 2>&1 || true; servers_stop' EXIT
+trap 'common_stop_relay; [ -z "$lat_pid" ] || kill "$lat_pid" 2>/dev/null || true; bash test/env/connect.sh stop "$out/connect" >/dev/null 2>&1 || true; servers_stop' EXIT
 export PG_DURABLE=1 PG_EXTRA_CONF="wal_level = logical"
 # Connect as one would run it (the JVM's own collector and JIT, a 1 GB heap), not as the
 # tests start it; Debezium's and Connect's other settings are their defaults.
@@ -141,7 +140,7 @@ stop_side() { # SIDE
         psqlc "$dsn_dbz" "SELECT pg_drop_replication_slot('outbox_bench')" >/dev/null
         psqlc "$dsn_dbz" "TRUNCATE outbox" # its writers would delete them
     else
-        stop_relay
+        common_stop_relay
     fi
 }
 

@@ -20,7 +20,7 @@ common_flags "[--rows N] [--rounds R] [--on-sent keep|mark|delete] [--out DIR]" 
 common_bench_out payloads
 common_setup
 relay_bin=$src/build/outbox-relay
-trap 'stop_relay; servers_stop' EXIT
+trap 'common_stop_relay; servers_stop' EXIT
 export PG_DURABLE=1
 servers_start
 tick=$(getconf CLK_TCK)
@@ -42,7 +42,7 @@ for r in $(seq 1 "$rounds"); do
         common_relay_drain "$dsn" "$on_sent" "payloads.$type.{aggregate_type}" "$out/relay-$type.log" "$rows"
         t1=$(date +%s%3N) p1=$(pg_ticks)
         c=$(awk '{ print $14 + $15 }' "/proc/$relay_pid/stat")
-        stop_relay
+        common_stop_relay
         awk -v n="$rows" -v ms=$((t1 - t0)) 'BEGIN { printf "%.0f\n", n * 1000 / ms }' >>"$out/$type-eps.txt"
         awk -v c=$((p1 - p0)) -v n="$rows" -v hz="$tick" 'BEGIN { printf "%.1f\n", c / hz * 1e6 / n }' >>"$out/$type-pg.txt"
         awk -v c="$c" -v n="$rows" -v hz="$tick" 'BEGIN { printf "%.1f\n", c / hz * 1e6 / n }' >>"$out/$type-relay.txt"

@@ -32,13 +32,7 @@ common_setup
 relay_bin=$PWD/build/outbox-relay
 export PG_DURABLE=1
 relay_pid=
-stop_relay() {
-    [ -n "$relay_pid" ] || return 0
-    kill -TERM "$relay_pid" 2>/dev/null || true
-    wait "$relay_pid" 2>/dev/null || true
-    relay_pid=
-}
-trap 'stop_relay; servers_stop' EXIT
+trap 'common_stop_relay; servers_stop' EXIT
 servers_start
 dsn="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=bench"
 amqp_url=amqp://guest:guest@127.0.0.1:$RELAYTEST_RABBITMQ_PORT
@@ -97,7 +91,7 @@ SQL
         sleep 0.05
     done
     lat=$(sort -g "$out/latency-$sink.txt" | awk '{ a[NR] = $1 } END { printf "%s\t%s", a[int((NR + 1) / 2)], a[NR] }')
-    stop_relay
+    common_stop_relay
     awk -v n="$N" -v a="$t0" -v b="$t1" -v c="$((c1 - c0))" -v p="$((p1 - p0))" -v hz="$tick_hz" -v r="$rss_kb" -v l="$lat" \
         'BEGIN { printf "%.0f\t%.2f\t%.2f\t%.1f\t%s\n", n / (b - a), c / hz * 1e6 / n, p / hz * 1e6 / n, r / 1024, l }'
 }

@@ -24,7 +24,7 @@ common_flags "[--rows N] [--modes LIST] [--levels LIST] [--out DIR]" "--rows=row
 common_bench_out wal
 common_setup
 relay_bin=$src/build/outbox-relay
-trap 'stop_relay; servers_stop' EXIT
+trap 'common_stop_relay; servers_stop' EXIT
 export PG_DURABLE=1
 for level in $levels; do
     export PG_EXTRA_CONF="wal_level = $level"
@@ -47,7 +47,7 @@ for level in $levels; do
             common_relay_drain "$dsn" "$mode" "wal.$db.{aggregate_type}" "$out/relay-$db.log" "$rows"
             t1=$(date +%s.%N)
             sleep 2
-            stop_relay
+            common_stop_relay
             sleep 1 # the relay's sessions have ended and reported their counts
             tup=$(psqlc "SELECT 'n_tup_upd=' || n_tup_upd || ' n_tup_del=' || n_tup_del || ' n_dead_tup=' || n_dead_tup
                          FROM pg_stat_user_tables WHERE relname = 'outbox'")

@@ -20,13 +20,28 @@
 --   without a lock; then the outbox is locked ACCESS EXCLUSIVE (DROP needs it; writers
 --   queued behind the lock wait at most the 100 ms it may wait, then it gives up), which
 --   also means no writer transaction is open: the checks run again and the partitions that
---   still pass are dropped (their files unlinked, no row by row delete, no dead tuple).
+--   still pass are dropped (their files unlinked, no row by row delete, no dead tuple), at
+--   most 4 per call, so that writers wait for the lock a bounded time (bench/partitions.sh).
+-- * lost: <table>_id_ranges records every partition's range (made by `migrate --partition`
+--   or here, dropped here). A range whose partition is gone without this function dropping
+--   it was dropped by hand: reported once (lost). Its rows that were not yet published are
+--   gone (the watermarks pass ids that no row holds, so nothing stalls).
 -- Returns one row: partitioned, created, dropped, dropped_rows (rows in the dropped
 -- partitions, by their statistics), ahead (partitions wholly above the identity), busy (the
--- step that met a lock held too long, else NULL).
+-- step that met a lock held too long, else NULL), lost (the ranges found dropped by hand,
+-- else NULL).
+CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_id_ranges" (
+    low        bigint,
+    high       bigint PRIMARY KEY,
+    made_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    dropped_at timestamptz,
+    by_hand    boolean NOT NULL DEFAULT false
+);
+REVOKE ALL ON @SCHEMA@."@NAME@_id_ranges" FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_partitions"(retention_seconds integer, ahead integer DEFAULT 2)
 RETURNS TABLE (partitioned boolean, created integer, dropped integer, dropped_rows bigint,
-               ahead_now integer, busy text)
+               ahead_now integer, busy text, lost text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms' AS $$
 DECLARE
     parent   regclass := '@TABLE@'::regclass;
@@ -53,6 +68,23 @@ BEGIN
         RETURN;
     END IF;
     last := coalesce(pg_sequence_last_value(pg_get_serial_sequence('@TABLE@', 'id')::regclass), 0);
+    -- ranges whose partition is gone, not dropped here: dropped by hand (reported once)
+    SELECT string_agg(format('[%s, %s)', coalesce(g.low::text, 'MINVALUE'), g.high), ', ' ORDER BY g.high)
+        INTO lost
+        FROM @SCHEMA@."@NAME@_id_ranges" g
+        WHERE g.dropped_at IS NULL
+          AND NOT EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high = g.high);
+    IF lost IS NOT NULL THEN
+        UPDATE @SCHEMA@."@NAME@_id_ranges" g SET dropped_at = clock_timestamp(), by_hand = true
+            WHERE g.dropped_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high = g.high);
+    END IF;
+    -- partitions made some other way are recorded as they are
+    INSERT INTO @SCHEMA@."@NAME@_id_ranges" (low, high)
+        SELECT p.low, p.high FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high IS NOT NULL
+        ON CONFLICT (high) DO UPDATE SET low = excluded.low, made_at = clock_timestamp(), dropped_at = NULL,
+            by_hand = false
+        WHERE "@NAME@_id_ranges".dropped_at IS NOT NULL;
     -- ahead of the identity
     LOOP
         SELECT max(p.high), count(*) FILTER (WHERE p.low > last)::int INTO top, ahead_now
@@ -70,6 +102,9 @@ BEGIN
                            ' autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)', part);
             EXECUTE format('ALTER TABLE @TABLE@ ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)',
                            part, top, top + (top - top_low));
+            INSERT INTO @SCHEMA@."@NAME@_id_ranges" (low, high) VALUES (top, top + (top - top_low))
+                ON CONFLICT (high) DO UPDATE SET low = excluded.low, made_at = clock_timestamp(),
+                    dropped_at = NULL, by_hand = false;
             created := created + 1;
         EXCEPTION WHEN lock_not_available THEN
             busy := 'attach';
@@ -86,6 +121,7 @@ BEGIN
                 CONTINUE;
             END IF;
             cand := cand || r.rel;
+            EXIT WHEN cardinality(cand) >= 4; -- the lock is held while they go: a few per call
         END LOOP;
         -- ... then under the lock, with no writer open, checked again and dropped
         IF cardinality(cand) > 0 THEN
@@ -95,6 +131,8 @@ BEGIN
                     CONTINUE WHEN @SCHEMA@."@NAME@_partition_held"(part::regclass);
                     dropped_rows := dropped_rows + greatest(0, (SELECT c.reltuples::bigint FROM pg_class c
                                                                WHERE c.oid = part::regclass));
+                    UPDATE @SCHEMA@."@NAME@_id_ranges" g SET dropped_at = clock_timestamp()
+                        FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.rel = part::regclass AND g.high = p.high;
                     EXECUTE format('DROP TABLE %s', part);
                     dropped := dropped + 1;
                 END LOOP;

@@ -19,7 +19,7 @@
 #                                         template TOPICS, output appended to LOG) in the
 #                                         background and waits until it recorded ROWS (at most
 #                                         600 s, else exits 1); sets relay_pid and relay_port.
-#                                         stop_relay stops it (SIGTERM, waited for)
+#                                         common_stop_relay stops it (SIGTERM, waited for)
 #   common_bench                          what a benchmark does first: common_setup, the
 #                                         servers (stopped, and every pid in BENCH_PIDS
 #                                         killed, when the script exits), the outbox table
@@ -130,7 +130,7 @@ common_relay_drain() {
     done
 }
 relay_pid=""
-stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
+common_stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 

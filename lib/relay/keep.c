@@ -227,7 +227,7 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
     /* id-range partitions (migrate --partition): kept ahead of the identity, dropped by
      * retention (the owner's function, schema 9) */
     free(sql->partitions);
-    sql->partitions = xasprintf("SELECT partitioned, created, dropped, dropped_rows, ahead_now, busy"
+    sql->partitions = xasprintf("SELECT partitioned, created, dropped, dropped_rows, ahead_now, busy, lost"
                                 " FROM %s.\"%s_partitions\"($1::int)", k->schema_q, k->name);
     /* rows a previous relay may have published: above W, at or below its claim mark */
     free(sql->duplicates);

@@ -67,6 +67,21 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--leave-keep: the Debezium layout has no keep mode");
         goto out;
     }
+    /* mark and delete modes do not keep partitions ahead of the identity, nor drop them */
+    q = xasprintf("SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = '%s'::regclass", table_q);
+    PGresult *kind = pgconn_exec(conn, q, 0, NULL, err, errlen);
+    if (!kind)
+        goto out;
+    int partitioned = PQntuples(kind) == 1 && strcmp(PQgetvalue(kind, 0, 0), "t") == 0;
+    PQclear(kind);
+    if (partitioned) {
+        snprintf(err, errlen, "--leave-keep: %s is partitioned by id (migrate --partition), which only keep "
+                 "mode maintains (partitions ahead of the identity, retention by dropping them): it stays in "
+                 "keep mode", table_q);
+        goto out;
+    }
+    free(q);
+    q = NULL;
     if ((n = relays_running(conn, key, names, sizeof(names), err, errlen)) < 0)
         goto out;
     if (n > 0) {

@@ -265,6 +265,8 @@ static int switch_over(PGconn *conn, const struct config *cfg, const char *schem
     if (view[0])
         strbuf_printf(&sb, "CREATE OR REPLACE VIEW %s.\"%s_kept\" AS %s\n", schema_q, name, view);
     strbuf_printf(&sb, "%s;\n", enqueue);
+    /* the partitions' ranges recorded (what tells a partition dropped by hand later) */
+    strbuf_printf(&sb, "SELECT count(*) FROM %s.\"%s_partitions\"(NULL);\n", schema_q, name);
     rc = run(conn, sb.buf, state, err, errlen);
 out:
     strbuf_destroy(&sb);

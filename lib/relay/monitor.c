@@ -264,6 +264,13 @@ static void partitions_done(void *ctx, PGresult *res)
     long long created = (long long)num(res, 1), dropped = (long long)num(res, 2),
               rows = (long long)num(res, 3), ahead = (long long)num(res, 4);
     const char *busy = PQgetisnull(res, 0, 5) ? NULL : PQgetvalue(res, 0, 5);
+    if (!PQgetisnull(res, 0, 6)) {
+        mon->m->partitions_lost_total++;
+        log_error("partitions: the partitions of %s for ids %s are gone, and the relay did not drop them "
+                  "(dropped by hand?): their rows that were not yet published are lost; the relay goes on "
+                  "with the rest", mon->cfg->table,
+                  PQgetvalue(res, 0, 6));
+    }
     mon->m->partitions_created_total += (uint64_t)created;
     mon->m->partitions_dropped_total += (uint64_t)dropped;
     mon->m->partitions_ahead = ahead;

@@ -50,7 +50,7 @@ struct outbox_sql {
     char *xmin_holder;   /* the replication slot or standby holding the xmin horizon, if any */
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
     char *partitions;    /* keep mode: $1 retention seconds (NULL: none): partitioned, created,
-                            dropped, dropped_rows, ahead, busy (schema 9) */
+                            dropped, dropped_rows, ahead, busy, lost (schema 9) */
     char *duplicates;    /* rows a previous relay may have published: PENDING below its claim mark */
     char *topic_expr;    /* SQL expression of a row's topic (alias p) */
     char *lease_scan;    /* $1 lock key: relays of the table, partitions they lock, partitions

@@ -56,6 +56,8 @@ static const struct counter_def {
      offsetof(struct metrics, partitions_created_total)},
     {"outbox_partitions_dropped_total", "OUTBOX_ON_SENT=keep, partitioned outbox: partitions dropped by retention.",
      offsetof(struct metrics, partitions_dropped_total)},
+    {"outbox_partitions_lost_total", "OUTBOX_ON_SENT=keep, partitioned outbox: partitions found dropped by someone else than the relay (rows in them above a watermark were never published).",
+     offsetof(struct metrics, partitions_lost_total)},
     {"outbox_postgres_reconnects_total", "Lost PostgreSQL worker connections.",
      offsetof(struct metrics, pg_reconnects_total)},
     {"outbox_doorbell_wakeups_total", "Claims woken by a doorbell NOTIFY.",

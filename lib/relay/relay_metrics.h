@@ -29,6 +29,7 @@ struct metrics {
     uint64_t retention_deleted_total;
     uint64_t partitions_created_total; /* keep mode, partitioned: partitions made ahead */
     uint64_t partitions_dropped_total; /* keep mode, partitioned: partitions retention dropped */
+    uint64_t partitions_lost_total;    /* keep mode, partitioned: partitions found dropped by hand */
     int64_t partitions_ahead;          /* keep mode, partitioned: partitions wholly above the identity (-1: not partitioned) */
     uint64_t pg_reconnects_total;
     uint64_t doorbell_wakeups_total;

@@ -93,6 +93,12 @@ stop_relay main2 || fail "the keep relay exited with $? on SIGTERM"
 CHECK_WHERE="status = 'SENT'" check "$TOPIC_PREFIX.order" --exact ||
     fail "through the partitioning: rows lost, published twice or out of key order"
 sent=$(count_status SENT)
+# only keep mode keeps partitions: the table cannot leave it
+rc=0
+OUTBOX_PG_DSN=$DSN OUTBOX_ON_SENT=mark "$RELAYTEST_RELAY_BIN" migrate --leave-keep >"$WORK/leave.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "is partitioned by id" "$WORK/leave.log" ||
+    { cat "$WORK/leave.log"; fail "--leave-keep on a partitioned table: expected exit 1 naming the partitions, got $rc"; }
+[ "$(psqlc "SELECT count(*) FROM outbox WHERE status <> 'PENDING'")" = 0 ] || fail "the refused --leave-keep changed rows"
 
 # retention: every partition the identity passed, wholly published, goes; the first (the
 # parked row's) stays, and so do the partitions the identity has not passed
@@ -110,4 +116,24 @@ after=$(parts)
     fail "the partition holding the parked row was dropped"
 [ "$(psqlc "SELECT count(*) FROM outbox_kept WHERE status = 'PENDING'")" = 0 ] || fail "a row left is PENDING"
 grep "retention: dropped" "$WORK/relay-retain.log" | sed 's/^/# /'
+
+# a partition dropped by hand while it holds rows never published: the relay says so, once,
+# and goes on with the rest
+seq_now=$(psqlc "SELECT last_value FROM outbox_id_seq")
+read -r lost_rel lost_high < <(psqlc "SELECT rel, high FROM outbox_id_partitions() WHERE low <= $seq_now + 1 AND high > $seq_now + 1" | tr '|' ' ')
+[ -n "$lost_high" ] || fail "no partition holds the next id"
+psqlc "INSERT INTO outbox ($OUTBOX_COLS) SELECT 'order', 'k' || (g % 50 + 1), 'Doomed', '{}'
+       FROM generate_series(1, $((lost_high - seq_now - 1))) g"
+psqlc "INSERT INTO outbox ($OUTBOX_COLS) SELECT 'order', 'k' || (g % 50 + 1), 'After', '{}' FROM generate_series(1, 10) g"
+doomed=$(psqlc "SELECT count(*) FROM $lost_rel")
+psqlc "DROP TABLE $lost_rel"
+start_relay lost >/dev/null
+wait_until 30 "the partition dropped by hand reported" metric_at_least lost outbox_partitions_lost_total 1
+grep -q "are gone, and the relay did not drop them" "$WORK/relay-lost.log" || fail "the log does not say a partition was dropped by hand"
+grep "are gone" "$WORK/relay-lost.log" | sed 's/^/# /'
+wait_until 60 "the rows after the lost partition published" rows_are 10 "event_type = 'After' AND status = 'SENT'"
+sleep 11 # another maintenance call: reported once
+[ "$(metric lost outbox_partitions_lost_total)" = 1 ] || fail "the lost partition was reported again"
+stop_relay lost || fail "the relay exited with $? on SIGTERM"
+log "a partition of $doomed rows never published, dropped by hand: reported once, the rest published"
 log "ok: $sent rows published exactly once through the step; partitions $before -> $after"
