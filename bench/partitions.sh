@@ -8,6 +8,8 @@
 # 2. A drain: N rows into a partitioned table (partitions made ahead by the owner's function
 #    first), drained by the release relay; the WAL of the drain against the insert's, and what
 #    the drain left in the partitions (n_tup_upd, n_tup_del, n_dead_tup summed over them).
+#    Then VACUUM (FREEZE) of one full partition after a CHECKPOINT: what an anti-wraparound
+#    vacuum costs a partition (its WAL and time).
 # 3. Retention: <table>_partitions(1), as the relay calls it, with writers at 500 tx/s: a first
 #    call while a writer transaction is held open (its lock waits 100 ms, then it gives up:
 #    busy), then calls until nothing is left to drop (at most 4 partitions each); the
@@ -93,6 +95,22 @@ tup=$(psqlc "SELECT 'partitions=' || count(*) || ' n_tup_upd=' || sum(n_tup_upd)
 echo "RESULT phase=drain rows=$rows $(awk -v i="$ins" -v d="$drain" -v n="$rows" -v a="$t0" -v b="$t1" \
     'BEGIN { printf "insert_bytes_per_event=%.0f relay_bytes_per_event=%.1f wal_ratio=%.4f drain_eps=%.0f", i / n, d / n, d / i, n / (b - a) }') $tup" |
     tee -a "$out/results.txt"
+
+# what an anti-wraparound vacuum does to a partition (it freezes every tuple not yet frozen):
+# VACUUM (FREEZE) of one full partition, after a CHECKPOINT (so that its pages' first change
+# logs them whole, as it would days after their insert)
+part=$(psqlc "SELECT rel FROM outbox_id_partitions() WHERE low IS NOT NULL ORDER BY low LIMIT 1")
+prow=$(psqlc "SELECT count(*) FROM $part")
+ppages=$(psqlc "SELECT pg_relation_size('$part') / 8192")
+psqlc "CHECKPOINT"
+f0=$(psqlc "SELECT pg_current_wal_insert_lsn()")
+t0=$(date +%s.%N)
+psqlc "VACUUM (FREEZE) $part"
+t1=$(date +%s.%N)
+f1=$(psqlc "SELECT pg_current_wal_insert_lsn()")
+echo "RESULT phase=freeze partition=$part rows=$prow pages=$ppages" \
+    "wal_bytes=$(psqlc "SELECT '$f1'::pg_lsn - '$f0'::pg_lsn")" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "seconds=%.2f", b - a }')" | tee -a "$out/results.txt"
 
 # ---- 3. retention: the owner's function, as the relay calls it, beside writers at 500 tx/s
 # and a writer transaction held open 8 s (a relay in keep mode runs throughout, without

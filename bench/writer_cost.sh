@@ -43,6 +43,17 @@ variant bare "DROP TRIGGER bare_doorbell ON bare;
               ALTER TABLE bare DROP CONSTRAINT bare_event_id_key;
               ALTER TABLE bare DROP CONSTRAINT bare_status_check;
               ALTER TABLE bare DROP CONSTRAINT bare_created_at_finite"
+# keep mode's partitions by id (migrate --partition; 20 partitions of 100,000 ids, about
+# what a day's retention in hourly partitions keeps): a plain INSERT, and <table>_enqueue
+# with the writer's own event_id (the advisory lock and the lookup over every partition's
+# index), beside enqueue with an event_id on the table as migrate makes it
+variant enqueue_id ""
+for n in partitioned partitioned_enqueue_id; do
+    variant "$n" ""
+    OUTBOX_PG_DSN=$dsn OUTBOX_TABLE="public.$n" OUTBOX_ON_SENT=keep "$relay_bin" migrate --partition 100000 \
+        >>"$out/migrate.log" 2>&1
+    psqlc "SELECT created FROM ${n}_partitions(NULL, 20)" >/dev/null
+done
 # Debezium's outbox layout (what bench/bench.sh's writer_vs_plain compares with)
 psqlc "CREATE TABLE plain (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
          aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
@@ -64,18 +75,21 @@ psqlc "CREATE TABLE companion (LIKE plain INCLUDING DEFAULTS INCLUDING CONSTRAIN
          RETURN NULL;
        END \$\$;
        CREATE TRIGGER companion_track AFTER INSERT ON companion FOR EACH ROW EXECUTE FUNCTION companion_track()"
-names="plain relay no_doorbell no_event_id_index no_pending_index no_generated fillfactor_90 no_check bare debezium companion"
+names="plain relay no_doorbell no_event_id_index no_pending_index no_generated fillfactor_90 no_check bare debezium companion enqueue_id partitioned partitioned_enqueue_id"
 [ -z "$only" ] || names=$only
 for n in $names; do
     cols="aggregate_type, aggregate_id, event_type, payload"
     case $n in plain | debezium | companion) cols="aggregatetype, aggregateid, type, payload" ;; esac
+    write="INSERT INTO $n ($cols)
+  VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));"
+    case $n in *enqueue_id) write="SELECT ${n}_enqueue('bench', 'k' || :k, 'Updated',
+  jsonb_build_object('k', :k, 'pad', repeat('x', 1000)), event_id => gen_random_uuid());" ;; esac
     cat >"$out/$n.sql" <<SQL
 \\set k random(1, 10000)
 BEGIN;
 SET LOCAL synchronous_commit = off;
 UPDATE aggregate SET version = version + 1 WHERE id = :k;
-INSERT INTO $n ($cols)
-  VALUES ('bench', 'k' || :k, 'Updated', jsonb_build_object('k', :k, 'pad', repeat('x', 1000)));
+$write
 COMMIT;
 SQL
 done

@@ -224,6 +224,14 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w) - (SELECT count(*) FROM old)",
         k->table_q, k->wm, k->parked, k->table_q);
+    /* parked entries whose row is not in the table (deleted or dropped by hand; retention
+     * never takes a parked row): nothing is left to publish, and they would count as parked
+     * for ever (and hold their partition from retention) */
+    free(sql->orphans);
+    sql->orphans = xasprintf("WITH d AS (DELETE FROM %s k WHERE NOT EXISTS (SELECT 1 FROM %s o WHERE o.id = k.id)"
+                             " RETURNING k.id) SELECT (SELECT count(*) FROM d),"
+                             " (SELECT string_agg(id::text, ',') FROM (SELECT id FROM d ORDER BY id LIMIT 20) x)",
+                             k->parked, k->table_q);
     /* id-range partitions (migrate --partition): kept ahead of the identity, dropped by
      * retention (the owner's function, schema 9) */
     free(sql->partitions);
@@ -309,7 +317,8 @@ static void check_verdict(const PGresult *res, char *why, size_t len)
                  "deploy/roles.sql does)", seq, seq);
     else if (pg_int(PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE)) < max_id)
         snprintf(why, len, "the id's sequence %s is at %s, below the table's highest id %lld: it was "
-                 "rewound (a restore or setval), and new rows would get ids already passed",
+                 "rewound (a restore or setval), or a row was inserted with an id beyond it (OVERRIDING "
+                 "SYSTEM VALUE), and new rows would get ids already passed",
                  seq, PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE), max_id);
     else if (pg_int(PQgetvalue(res, 0, KEEP_CHECK_LAST_VALUE)) < max_w)
         snprintf(why, len, "the id's sequence %s is at %s, below a watermark (%lld): it was rewound, "

@@ -17,7 +17,7 @@
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
 
-enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_PARTITIONS, STEP_PURGE };
+enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_ORPHANS, STEP_PARTITIONS, STEP_PURGE };
 
 struct monitor {
     struct ev_loop *loop;
@@ -33,6 +33,7 @@ struct monitor {
     int64_t stats_sent_ms, stats_next_ms; /* monotonic */
     int purge_due;
     int partitions_due; /* keep mode: the partitions' turn comes before the purge */
+    int orphans_due;    /* keep mode: parked entries of rows that are gone, before the partitions */
     int partitioned;    /* keep mode: the outbox is partitioned by id (its last answer) */
     int ahead_warned;
     int partitions_failed_logged;
@@ -292,6 +293,21 @@ static void partitions_done(void *ctx, PGresult *res)
     next(mon);
 }
 
+static void orphans_done(void *ctx, PGresult *res)
+{
+    struct monitor *mon = ctx;
+    mon->step = STEP_IDLE;
+    if (!pgconn_result_ok(res) || PQntuples(res) != 1)
+        failed(mon, "parked entries check", res);
+    else if (num(res, 0) > 0)
+        log_warn("keep: removed %.0f parked entr%s for rows that are not in %s (deleted or dropped by hand; "
+                 "nothing is left to publish): ids %s%s", num(res, 0), num(res, 0) == 1 ? "y" : "ies",
+                 mon->cfg->table, PQgetvalue(res, 0, 1), num(res, 0) > 20 ? ", ..." : "");
+    PQclear(res);
+    mon->partitions_due = 1;
+    next(mon);
+}
+
 /* Runs the next due step; one statement at a time on the monitor connection. */
 static void next(struct monitor *mon)
 {
@@ -314,6 +330,12 @@ static void next(struct monitor *mon)
         const char *params[1] = {cap};
         if (pgconn_query(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
             mon->step = STEP_STATS;
+        return;
+    }
+    if (mon->orphans_due && mon->sql->orphans) {
+        mon->orphans_due = 0;
+        if (pgconn_query(mon->conn, mon->sql->orphans, 0, NULL, orphans_done, mon) == 0)
+            mon->step = STEP_ORPHANS;
         return;
     }
     if (mon->partitions_due && mon->sql->partitions) {
@@ -352,7 +374,7 @@ static void purge_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct monitor *mon = w->data;
     if (mon->sql->partitions)
-        mon->partitions_due = 1; /* then the purge, if the table is not partitioned */
+        mon->orphans_due = 1; /* then the partitions, then the purge if not partitioned */
     else
         mon->purge_due = 1;
     next(mon);

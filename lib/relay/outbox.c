@@ -570,6 +570,7 @@ void outbox_sql_destroy(struct outbox_sql *sql)
                     &sql->row_failed, &sql->arm, &sql->version, &sql->start_check, &sql->stats, &sql->long_tx, &sql->xmin_holder,
                     &sql->purge,
                     &sql->partitions,
+                    &sql->orphans,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
                     &sql->placement_types, &sql->keep_advance, &sql->keep_check, &sql->keep_audit};

@@ -49,6 +49,7 @@ struct outbox_sql {
     char *long_tx;       /* $1 threshold seconds */
     char *xmin_holder;   /* the replication slot or standby holding the xmin horizon, if any */
     char *purge;         /* $1 after id, $2 window, $3 retention seconds */
+    char *orphans;       /* keep mode: parked entries whose row is gone, removed: their ids */
     char *partitions;    /* keep mode: $1 retention seconds (NULL: none): partitioned, created,
                             dropped, dropped_rows, ahead, busy, lost (schema 9) */
     char *duplicates;    /* rows a previous relay may have published: PENDING below its claim mark */
