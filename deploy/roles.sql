@@ -46,7 +46,7 @@ GRANT SELECT, INSERT, DELETE ON :"schema".:"published" TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".:"parked" TO :"relay";
 GRANT SELECT ON :"schema".:"kept" TO :"relay";
 -- keep mode's id-range partitions (schema 9): made ahead and dropped by the owner's function
-GRANT EXECUTE ON FUNCTION :"schema".:"partitions"(integer, integer) TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".:"partitions"(integer, integer, bigint) TO :"relay";
 -- keep mode checks that the id's sequence was never rewound below its rows or a watermark
 SELECT pg_get_serial_sequence(format('%I.%I', :'schema', :'table'), 'id') AS id_seq \gset
 GRANT SELECT ON SEQUENCE :id_seq TO :"relay";

@@ -4,12 +4,12 @@
 -- @layout native (the Debezium layout stays at version 6: keep mode is the native layout's)
 -- Online: one new function, nothing else changes.
 --
--- <schema>.<table>_partitions(retention_seconds, ahead) runs as the table's owner (the relay's
+-- <schema>.<table>_partitions(retention_seconds, ahead, width) runs as the table's owner (the relay's
 -- role owns nothing; deploy/roles.sql grants it EXECUTE), one caller at a time, and every
 -- lock it takes it waits for at most 100 ms (then it gives up for this call, says which
 -- step was busy, and the next call tries again):
 -- * ahead: it keeps `ahead` partitions wholly above the identity's last value, each as wide
---   as the highest one, made as a plain table and then ATTACHed (SHARE UPDATE EXCLUSIVE on
+--   as the highest one (or `width` ids, when given: migrate --partition IDS), made as a plain table and then ATTACHed (SHARE UPDATE EXCLUSIVE on
 --   the outbox: writers go on; CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE).
 --   A writer whose id finds no partition fails its transaction ("no partition of relation
 --   ... found for row"): the relay calls this every 10 s and alerts while fewer than two
@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS @SCHEMA@."@NAME@_id_ranges" (
 );
 REVOKE ALL ON @SCHEMA@."@NAME@_id_ranges" FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_partitions"(retention_seconds integer, ahead integer DEFAULT 2)
+CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_partitions"(retention_seconds integer, ahead integer DEFAULT 2,
+                                                        width bigint DEFAULT NULL)
 RETURNS TABLE (partitioned boolean, created integer, dropped integer, dropped_rows bigint,
                ahead_now integer, busy text, lost text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms' AS $$
@@ -91,6 +92,9 @@ BEGIN
             FROM @SCHEMA@."@NAME@_id_partitions"() p;
         EXIT WHEN ahead_now >= ahead;
         SELECT p.low INTO top_low FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high = top;
+        IF width IS NOT NULL THEN -- migrate --partition IDS: that width from now on
+            top_low := top - width;
+        END IF;
         IF top IS NULL OR top_low IS NULL THEN
             RAISE EXCEPTION 'the highest partition of @TABLE@ has no lower bound, so no width to repeat: run outbox-relay migrate --partition IDS again';
         END IF;
@@ -147,7 +151,7 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_partitions"(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @SCHEMA@."@NAME@_partitions"(integer, integer, bigint) FROM PUBLIC;
 
 -- The outbox's partitions and their id bounds (low NULL: from MINVALUE).
 CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_id_partitions"()

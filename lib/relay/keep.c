@@ -183,9 +183,13 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
         "  WHERE seqrelid = pg_get_serial_sequence('%s', 'id')::regclass),"
         " CASE WHEN has_sequence_privilege(pg_get_serial_sequence('%s', 'id'), 'SELECT')"
         "  THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence('%s', 'id')), 0) END,"
-        " (SELECT max(id) FROM %s), (SELECT max(w) FROM %s), pg_get_serial_sequence('%s', 'id')"
+        " (SELECT max(id) FROM %s), (SELECT max(w) FROM %s), pg_get_serial_sequence('%s', 'id'),"
+        /* partitioned (migrate --partition): can this role run the function that keeps them? */
+        " (SELECT c.relkind = 'p' AND NOT coalesce(has_function_privilege(to_regprocedure("
+        "   '%s.\"%s_partitions\"(integer, integer, bigint)'), 'EXECUTE'), false)"
+        "  FROM pg_class c WHERE c.oid = '%s'::regclass)"
         " FROM pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attname = 'id' AND NOT a.attisdropped",
-        t, t, t, t, k->wm, t, t);
+        t, t, t, t, k->wm, t, k->schema_q, k->name, t, t);
 }
 
 /* The monitor's: the backlog, retention below W, the duplicates estimate. */
@@ -331,6 +335,13 @@ static void check_ok(struct relay *r, PGresult *res)
     char why[512];
     check_verdict(res, why, sizeof(why));
     struct keep_state *k = &r->keep;
+    /* a partitioned outbox whose partitions this role cannot keep: writers would fail once the
+     * partitions ahead are used up, so start-up refuses (later, the monitor's log says it) */
+    if (!k->checked && !why[0] && PQntuples(res) == 1 &&
+        strcmp(PQgetvalue(res, 0, KEEP_CHECK_PARTITIONS_DENIED), "t") == 0)
+        snprintf(why, sizeof(why), "%s is partitioned by id and this role cannot run the function that "
+                 "makes its partitions ahead and drops them (GRANT EXECUTE ON FUNCTION %s_partitions; "
+                 "deploy/roles.sql does)", r->cfg->table, r->cfg->table);
     if (!k->checked && why[0]) {
         log_error("keep: OUTBOX_ON_SENT=keep cannot prove its watermark on %s: %s", r->cfg->table, why);
         relay_finish(r, OUTBOX_EXIT_FAILED);

@@ -172,7 +172,8 @@ static int prepare(PGconn *conn, const char *schema_q, const char *table_q, cons
     return rc;
 }
 
-/* The switch, in the open transaction: 0, -1 with err (state: its SQLSTATE). */
+/* The switch, in the open transaction: 0, 1 when another migrate partitioned the table
+ * meanwhile, -1 with err (state: its SQLSTATE). */
 static int switch_over(PGconn *conn, const struct config *cfg, const char *schema_q, const char *table_q,
                        const char *name, long long width, long long bound, char state[6], char *err, size_t errlen)
 {
@@ -192,6 +193,10 @@ static int switch_over(PGconn *conn, const struct config *cfg, const char *schem
                   table_q, table_q);
     if (!(kind = value(conn, q, err, errlen)))
         goto out;
+    if (kind[0] == 'p') { /* another migrate --partition did it meanwhile */
+        rc = 1;
+        goto out;
+    }
     if (kind[0] != 'r') {
         set_err(err, errlen, "%s is not a plain table (relkind %c): nothing to partition", table_q, kind[0]);
         goto out;
@@ -260,6 +265,13 @@ static int switch_over(PGconn *conn, const struct config *cfg, const char *schem
                            " autovacuum_vacuum_insert_threshold = 20000, autovacuum_analyze_scale_factor = 0.02,"
                            " autovacuum_vacuum_cost_delay = 0);\n",
                       schema_q, name, bound + i * width, table_q, bound + i * width, bound + (i + 1) * width);
+    /* owned by the table's owner, whoever runs the step (a superuser, say) */
+    strbuf_printf(&sb, "DO $o$ DECLARE o text := (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '%s'::regclass);"
+                       " BEGIN EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s', o);", first, table_q);
+    for (int i = 0; i < 2; i++)
+        strbuf_printf(&sb, " EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s.\"%s_p%lld\"', o);", schema_q, name,
+                      bound + i * width);
+    strbuf_puts(&sb, " END $o$;\n");
     if (trigger[0])
         strbuf_printf(&sb, "DROP TRIGGER \"%s_doorbell\" ON %s;\n%s;\n", name, first, trigger);
     if (view[0])
@@ -284,18 +296,27 @@ int keep_partition(PGconn *conn, const struct config *cfg, long long width, char
     char *schema_q, *table_q, *name;
     schema_names(cfg->table, &schema_q, &table_q, &name);
     int rc = -1;
-    char *q = xasprintf("SELECT c.relkind::text || ' ' || coalesce(pg_catalog.pg_sequence_last_value("
-                        "pg_catalog.pg_get_serial_sequence('%s', 'id')::regclass), 0)"
-                        " FROM pg_catalog.pg_class c WHERE c.oid = '%s'::regclass",
-                        table_q, table_q);
-    char *kind = value(conn, q, err, errlen);
+    char *q = NULL, *kind = NULL;
+    /* one at a time (sidecars running it together): the preparation changes the plain table */
+    if (schema_lock(conn, err, errlen) != 0) {
+        free(schema_q);
+        free(table_q);
+        free(name);
+        return -1;
+    }
+    q = xasprintf("SELECT c.relkind::text || ' ' || coalesce(pg_catalog.pg_sequence_last_value("
+                  "pg_catalog.pg_get_serial_sequence('%s', 'id')::regclass), 0)"
+                  " FROM pg_catalog.pg_class c WHERE c.oid = '%s'::regclass",
+                  table_q, table_q);
+    kind = value(conn, q, err, errlen);
     free(q);
     q = NULL;
     if (!kind)
         goto out;
     if (kind[0] == 'p') {
-        log_info("migrate: %s is partitioned by id already; making sure partitions are ready ahead", table_q);
-        q = xasprintf("SELECT created, ahead_now FROM %s.\"%s_partitions\"(NULL)", schema_q, name);
+        log_info("migrate: %s is partitioned by id already; making sure partitions of %lld ids are ready ahead",
+                 table_q, width);
+        q = xasprintf("SELECT created, ahead_now FROM %s.\"%s_partitions\"(NULL, 2, %lld)", schema_q, name, width);
         char *v = value(conn, q, err, errlen);
         rc = v ? 0 : -1;
         free(v);
@@ -310,7 +331,14 @@ int keep_partition(PGconn *conn, const struct config *cfg, long long width, char
         char state[6];
         if (run(conn, "BEGIN", NULL, err, errlen) != 0)
             goto out;
-        if (switch_over(conn, cfg, schema_q, table_q, name, width, bound, state, err, errlen) == 0) {
+        int done = switch_over(conn, cfg, schema_q, table_q, name, width, bound, state, err, errlen);
+        if (done == 1) {
+            run(conn, "ROLLBACK", NULL, err, errlen);
+            log_info("migrate: %s was partitioned by another migrate meanwhile", table_q);
+            rc = 0;
+            goto out;
+        }
+        if (done == 0) {
             if (run(conn, "COMMIT", NULL, err, errlen) != 0)
                 goto out;
             log_info("migrate: %s is partitioned by id (%s.\"%s_p0\" below %lld, then %lld ids per partition); "
@@ -329,6 +357,7 @@ int keep_partition(PGconn *conn, const struct config *cfg, long long width, char
         sleep(1);
     }
 out:
+    schema_unlock(conn);
     free(q);
     free(kind);
     free(schema_q);

@@ -127,7 +127,7 @@ enum keep_audit_col {
 };
 enum keep_check_col {
     KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
-    KEEP_CHECK_SEQUENCE
+    KEEP_CHECK_SEQUENCE, KEEP_CHECK_PARTITIONS_DENIED
 };
 /* The relations keep mode's statements are written with (keep.c, keep_leave.c). */
 struct keep_names {

@@ -389,6 +389,18 @@ static int migrate_lock(PGconn *conn, char *err, size_t errlen)
     }
 }
 
+int schema_lock(PGconn *conn, char *err, size_t errlen)
+{
+    return migrate_lock(conn, err, errlen);
+}
+
+void schema_unlock(PGconn *conn)
+{
+    char q[80];
+    snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%lld)", MIGRATE_LOCK_KEY);
+    PQclear(PQexec(conn, q));
+}
+
 int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
                    int *applied, char *err, size_t errlen)
 {

@@ -37,6 +37,10 @@ void schema_names(const char *table, char **schema_q, char **table_q, char **nam
  * lock, with lock_timeout and a pinned search_path; each in a transaction, with steps
  * outside it where the file asks (see schema.c). Blocking: only for the migrate command,
  * never on the relay loop. conn is borrowed. Returns 0, or -1 with err. */
+/* migrate's lock (a session advisory lock; waited for by trying every 100 ms, at most 30 s),
+ * for the steps migrate runs after the migrations (migrate --partition): 0, or -1 with err. */
+int schema_lock(PGconn *conn, char *err, size_t errlen);
+void schema_unlock(PGconn *conn);
 int schema_migrate(PGconn *conn, const char *table, const char *payload_type, int debezium,
                    int *applied, char *err, size_t errlen);
 

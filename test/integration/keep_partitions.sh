@@ -29,8 +29,15 @@ start_relay main >/dev/null
 writers 4 1500 50 &
 wpid=$!
 wait_until 60 "1,000 rows published in keep mode" rows_at_least 1000 "status = 'SENT'"
-partition >"$WORK/partition.log" 2>&1 || { cat "$WORK/partition.log"; fail "migrate --partition failed"; }
-grep -q "is partitioned by id" "$WORK/partition.log" || { cat "$WORK/partition.log"; fail "no word of the partitions"; }
+# three at once (sidecars): one does it, the others wait for migrate's lock and find it done
+for i in 1 2 3; do partition >"$WORK/partition-$i.log" 2>&1 & eval "mig$i=$!"; done
+for i in 1 2 3; do
+    eval "wait \$mig$i" || { cat "$WORK/partition-$i.log"; fail "migrate --partition ($i of 3 at once) failed"; }
+done
+[ "$(cat "$WORK"/partition-?.log | grep -c "is partitioned by id (")" = 1 ] ||
+    { cat "$WORK"/partition-?.log; fail "not exactly one of three migrate --partition did the step"; }
+[ "$(cat "$WORK"/partition-?.log | grep -c "partitioned by id already")" = 2 ] ||
+    { cat "$WORK"/partition-?.log; fail "the two other migrate --partition did not find it done"; }
 [ "$(psqlc "SELECT relkind FROM pg_class WHERE oid = 'outbox'::regclass")" = p ] || fail "outbox is not partitioned"
 log "partitioned with writers and the relay running: $(parts) partitions, $(ahead) ahead"
 [ "$(ahead)" -ge 2 ] || fail "fewer than two partitions ahead after the step"

@@ -70,8 +70,16 @@ grep -q "removed 2 parked entries for rows that are not in public.outbox .*ids $
     "$WORK/relay-main.log" || fail "no warning naming the removed entries"
 [ "$(psqlc "SELECT count(*) FROM outbox_parked WHERE failed")" = 1 ] || fail "the real parked row went too"
 
-# ---- a sequence rewound below the table's rows
+# ---- a role that cannot run the function keeping the partitions: start-up refused
 stop_relay main || fail "the relay exited with $? on SIGTERM"
+psqlc "REVOKE EXECUTE ON FUNCTION outbox_partitions(integer, integer, bigint) FROM it_relay"
+rc=0
+env "${RELAY_BASE_ENV[@]}" timeout 30 "$RELAYTEST_RELAY_BIN" >"$WORK/denied.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "is partitioned by id and this role cannot run the function" "$WORK/denied.log" ||
+    fail "no EXECUTE on outbox_partitions: exit $rc: $(grep -m2 error "$WORK/denied.log")"
+psqlc "GRANT EXECUTE ON FUNCTION outbox_partitions(integer, integer, bigint) TO it_relay"
+
+# ---- a sequence rewound below the table's rows
 high=$(last)
 psqlc "SELECT setval('outbox_id_seq', 5)" >/dev/null
 rc=0
