@@ -3,8 +3,9 @@
 # stays open elsewhere in the database (what pg_dump, a long report or an idle-in-
 # transaction session does). Every row the relay marks (or deletes) meanwhile leaves a dead
 # entry in the pending index that vacuum may not remove while that snapshot is open.
-#   bench/longtx.sh [--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--out DIR]
-# (defaults: 600 s, 3,000 events/s, mark). Starts its own throwaway PostgreSQL (durable)
+#   bench/longtx.sh [--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--partition IDS] [--out DIR]
+# (defaults: 600 s, 3,000 events/s, mark; --partition: keep mode's table partitioned by id,
+# IDS ids per partition, by `migrate --partition IDS` before the writers start). Starts its own throwaway PostgreSQL (durable)
 # and Kafka like bench/bench.sh. The transaction opens 10 s after the writers start and
 # stays open until they stop. Every 5 s it prints the pending rows (rows written minus rows
 # the relay marked: the id sequence against the relay's metric, so the
@@ -13,9 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-seconds=600 rate=3000 on_sent=mark out=""
+seconds=600 rate=3000 on_sent=mark partition="" out=""
 . scripts/common.sh
-common_flags "[--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--out DIR]" "--seconds=seconds --rate=rate --on-sent=on_sent --out=out" "$@"
+common_flags "[--seconds S] [--rate EPS] [--on-sent mark|delete|keep] [--partition IDS] [--out DIR]" "--seconds=seconds --rate=rate --on-sent=on_sent --partition=partition --out=out" "$@"
 common_bench_out longtx
 
 common_setup
@@ -32,6 +33,7 @@ servers_start
 dsn=$(common_db longtx)
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 OUTBOX_PG_DSN=$dsn "$relay_bin" migrate >"$out/migrate.log" 2>&1
+[ -z "$partition" ] || OUTBOX_PG_DSN=$dsn OUTBOX_ON_SENT=keep "$relay_bin" migrate --partition "$partition" >>"$out/migrate.log" 2>&1
 common_writer_sql "$dsn" "$out/writer.sql" 10000 1000
 http_port=$((RELAYTEST_KAFKA_PORT + 9))
 env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KAFKA_PORT" \
@@ -71,4 +73,4 @@ final=$(( $(psqlc "SELECT last_value FROM outbox_id_seq") - $(marked) ))
 kill "$tx_pid" 2>/dev/null || true
 tx_pid=""
 say "figures and raw data in $out"
-echo "RESULT longtx_max_pending=$max longtx_final_pending=$final published=$(marked) seconds=$seconds rate=$rate on_sent=$on_sent"
+echo "RESULT longtx_max_pending=$max longtx_final_pending=$final published=$(marked) seconds=$seconds rate=$rate on_sent=$on_sent partition=${partition:-none}"

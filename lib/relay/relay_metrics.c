@@ -162,8 +162,13 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
     if (m->partitions_ahead >= 0)
         metrics_gauge(o, "outbox_partitions_ahead",
                       "OUTBOX_ON_SENT=keep, partitioned outbox: empty partitions above the identity; "
-                      "a writer whose id finds none fails (alert below 2).",
+                      "a writer whose id finds none fails.",
                       (double)m->partitions_ahead);
+    /* exported always (0 unless partitioned), so that an alert on it names a metric every relay has */
+    metrics_gauge(o, "outbox_partitions_missing",
+                  "OUTBOX_ON_SENT=keep, partitioned outbox: how many of the 2 partitions kept ahead of the "
+                  "identity are missing (alert above 0: writers fail once none is left); 0 otherwise.",
+                  m->partitions_ahead >= 0 && m->partitions_ahead < 2 ? (double)(2 - m->partitions_ahead) : 0.0);
     metrics_gauge(o, "outbox_published_records",
                   "OUTBOX_ON_SENT=keep: records of rows published above the watermarks of the "
                   "partitions this relay holds (they wait for a row below them).",

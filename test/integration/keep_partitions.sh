@@ -53,6 +53,7 @@ burst=$((high - seq_now - WIDTH / 2))
 psqlc "INSERT INTO outbox ($OUTBOX_COLS) SELECT 'order', 'k' || (g % 50 + 1), 'Burst', '{}' FROM generate_series(1, $burst) g"
 wait_until 30 "a partition made ahead by the relay" metric_at_least main outbox_partitions_created_total $((created0 + 1))
 wait_until 30 "two partitions ahead again" metric_at_least main outbox_partitions_ahead 2
+[ "$(metric main outbox_partitions_missing)" = 0 ] || fail "outbox_partitions_missing is not 0 with two ahead"
 
 # enqueue stays idempotent without a unique index: a second session with the same event_id
 # waits for the first one's transaction and gets its row

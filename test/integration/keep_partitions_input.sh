@@ -16,11 +16,6 @@
 setup_db
 OUTBOX_PG_DSN=$DSN OUTBOX_ON_SENT=keep "$RELAYTEST_RELAY_BIN" migrate --partition 1000 >"$WORK/partition.log" 2>&1 ||
     { cat "$WORK/partition.log"; fail "migrate --partition failed"; }
-part_of() { psqlc "SELECT ((hashtext('$1') & 2147483647) % 64)"; }
-w_of() { psqlc "SELECT coalesce((SELECT w FROM outbox_watermark WHERE lease_partition = $1), 0)"; }
-keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM generate_series(1, 20000) g
-                   WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
-ins() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
 all_sent() { rows_are 0 "status = 'PENDING'"; }
 last() { psqlc "SELECT last_value FROM outbox_id_seq"; }
 
@@ -46,16 +41,11 @@ grep -q "keep:.*$beyond" "$WORK/relay-main.log" ||
 grep -m1 "keep:.*$beyond" "$WORK/relay-main.log" | sed 's/^/# /'
 psqlc "SELECT setval('outbox_id_seq', $beyond)" >/dev/null
 wait_until 30 "the watermarks going again" metric_is main outbox_watermark_blocked 0
-ins after-beyond >/dev/null
+ins_key after-beyond >/dev/null
 wait_until 30 "the row beyond the identity published, and the rest" all_sent
 
 # ---- an id below a watermark
-r=$(part_of planted)
-hole=$("$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
-    -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'planted', 'E', '{}') RETURNING id" -c "ROLLBACK" | head -1)
-for k in $(keys_in "$r" 3); do ins "$k" >/dev/null; done
-wait_until 10 "W past the rolled-back id" eval '[ "$(w_of "$r")" -ge "$hole" ]'
-psqlc "INSERT INTO outbox (id, $OUTBOX_COLS) OVERRIDING SYSTEM VALUE VALUES ($hole, 'order', 'planted', 'E', '{}')"
+plant_below_w planted
 wait_until 10 "the audit found the planted row" metric_is main outbox_watermark_gaps_total 1
 wait_until 30 "the planted row published" all_sent
 

@@ -17,17 +17,11 @@
 . "$(dirname "$0")/lib.sh"
 [ "$ON_SENT" = keep ] || fail "run with RELAYTEST_ON_SENT=keep"
 setup_db
-part_of() { psqlc "SELECT ((hashtext('$1') & 2147483647) % 64)"; }
-w_of() { psqlc "SELECT coalesce((SELECT w FROM outbox_watermark WHERE lease_partition = $1), 0)"; }
-# N keys other than $2 that fall in lease partition $1
-keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM generate_series(1, 20000) g
-                   WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
-ins() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
 
 # the audit goes over all 64 partitions every 640 ms here (60 s by default)
 RELAY_ENV=(OUTBOX_DEAD_LETTER_TOPIC= OUTBOX_MAX_ATTEMPTS=1 OUTBOX_WATERMARK_AUDIT_MS=640)
 start_relay main >/dev/null
-for k in $(keys_in 0 20); do ins "$k" >/dev/null; done
+for k in $(keys_in 0 20); do ins_key "$k" >/dev/null; done
 wait_until 30 "the first rows SENT" all_sent
 
 # ---- a late row: its writer holds the id open for 8 s
@@ -39,7 +33,7 @@ writer=$!
 wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_locks WHERE relation = '\''outbox'\''::regclass AND mode = '\''RowExclusiveLock'\'' AND pid <> pg_backend_pid()")" -ge 1 ]'
 late=$(psqlc "SELECT last_value FROM outbox_id_seq")
 above=()
-for k in $(keys_in "$p" 5); do above+=("$(ins "$k")"); done
+for k in $(keys_in "$p" 5); do above+=("$(ins_key "$k")"); done
 wait_until 20 "the rows above the late one SENT" rows_are 5 "id > $late AND lease_partition = $p AND status = 'SENT'"
 sleep 1.5 # advances run every 500 ms: give W its chances to pass the late row, which it must not
 w=$(w_of "$p")
@@ -55,7 +49,7 @@ wait_until 20 "the late row SENT" rows_are 1 "id = $late AND status = 'SENT'"
 # W moves up to the floors' proof, the highest id this relay has claimed once no writer that
 # drew a lower one is still open: the new relay claimed the late row alone (the rest was
 # recorded), so W passes the records once it claims a later row of the partition
-next=$(ins "$(keys_in "$p" 6 | awk '{ print $6 }')")
+next=$(ins_key "$(keys_in "$p" 6 | awk '{ print $6 }')")
 wait_until 10 "W past the late row's partition" eval '[ "$(w_of "$p")" -ge "$next" ]'
 wait_until 10 "no published record left above W" metric_is main outbox_published_records 0
 log "late row committed and published: W of partition $p at $(w_of "$p")"
@@ -63,8 +57,8 @@ log "late row committed and published: W of partition $p at $(w_of "$p")"
 # ---- a parked row is passed; the row of its key that waits for requeue is not
 q=$(part_of bad)
 bad=$(psqlc "INSERT INTO outbox ($OUTBOX_COLS, topic) VALUES ('order', 'bad', 'E1', '{}', 'bad topic!') RETURNING id")
-waiting=$(ins bad E2)
-for k in $(keys_in "$q" 3); do ins "$k" >/dev/null; done
+waiting=$(ins_key bad E2)
+for k in $(keys_in "$q" 3); do ins_key "$k" >/dev/null; done
 wait_until 20 "the bad row parked" rows_are 1 "id = $bad AND status = 'FAILED'"
 wait_until 15 "the backlog gauge at the one waiting row" eval '[ "$(metric main outbox_pending_rows)" = 1 ] && [ "$(metric main outbox_failed_rows)" = 1 ]'
 wait_until 10 "W past the parked row" eval '[ "$(w_of "$q")" -ge "$bad" ]'
@@ -81,12 +75,7 @@ wait_until 10 "W past the requeued key's rows" eval '[ "$(w_of "$q")" -ge "$wait
 # ---- the audit: a row planted below W is found and published
 wait_until 10 "a round of audits" metric_at_least main outbox_watermark_audits_total 128
 [ "$(metric main outbox_watermark_gaps_total)" = 0 ] || fail "the audit found rows below W before any was planted"
-r=$(part_of planted)
-hole=$("$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
-    -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'planted', 'E', '{}') RETURNING id" -c "ROLLBACK" | head -1)
-for k in $(keys_in "$r" 3); do ins "$k" >/dev/null; done
-wait_until 10 "W past the rolled-back id" eval '[ "$(w_of "$r")" -ge "$hole" ]'
-psqlc "INSERT INTO outbox (id, $OUTBOX_COLS) OVERRIDING SYSTEM VALUE VALUES ($hole, 'order', 'planted', 'E', '{}')"
+plant_below_w planted
 wait_until 10 "the audit found the planted row" metric_is main outbox_watermark_gaps_total 1
 grep -q "1 rows of lease partition $r lie at or below its watermark but were never recorded as published (ids $hole)" \
     "$WORK/relay-main.log" || fail "the audit's log line does not name partition $r and row $hole"

@@ -190,6 +190,26 @@ outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbo
         psqlc "CREATE VIEW ${t}_all AS SELECT * FROM $t"
     fi
 }
+# Keep mode (RELAYTEST_ON_SENT=keep): the lease partition of key $1; its watermark as written
+# in outbox_watermark; N keys other than $2 that fall in lease partition $1; one row of key
+# $1 (event type $2), its id printed (ins_key).
+part_of() { psqlc "SELECT ((hashtext('$1') & 2147483647) % 64)"; }
+w_of() { psqlc "SELECT coalesce((SELECT w FROM outbox_watermark WHERE lease_partition = $1), 0)"; }
+keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM generate_series(1, 20000) g
+                   WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
+ins_key() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
+# plant_below_w KEY: a row of KEY planted below its partition's watermark, as a writer
+# breaking the writer rule would: the id a rolled-back writer drew, inserted with OVERRIDING
+# SYSTEM VALUE once the watermark passed it (later rows of other keys of the partition
+# published). Sets r (the lease partition) and hole (the id). Needs a keep relay running.
+plant_below_w() {
+    r=$(part_of "$1")
+    hole=$("$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
+        -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', 'E', '{}') RETURNING id" -c "ROLLBACK" | head -1)
+    for k in $(keys_in "$r" 3); do ins_key "$k" >/dev/null; done
+    wait_until 10 "W past the rolled-back id" eval '[ "$(w_of "$r")" -ge "$hole" ]'
+    psqlc "INSERT INTO outbox (id, $OUTBOX_COLS) OVERRIDING SYSTEM VALUE VALUES ($hole, 'order', '$1', 'E', '{}')"
+}
 # delete_mode_refuses WHAT COMMAND...: in delete mode (RELAYTEST_ON_SENT=delete) COMMAND, a
 # command that needs SENT rows (replay, audit), must refuse with exit 2 and a message naming
 # OUTBOX_ON_SENT=delete; then true, and the caller leaves out what only mark mode can do.
