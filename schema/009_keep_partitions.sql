@@ -80,9 +80,11 @@ BEGIN
             WHERE g.dropped_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high = g.high);
     END IF;
-    -- partitions made some other way are recorded as they are
+    -- partitions made some other way are recorded as they are (only those not recorded live:
+    -- ON CONFLICT would lock, and so write, every recorded row on every call)
     INSERT INTO @SCHEMA@."@NAME@_id_ranges" (low, high)
         SELECT p.low, p.high FROM @SCHEMA@."@NAME@_id_partitions"() p WHERE p.high IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_id_ranges" g WHERE g.high = p.high AND g.dropped_at IS NULL)
         ON CONFLICT (high) DO UPDATE SET low = excluded.low, made_at = clock_timestamp(), dropped_at = NULL,
             by_hand = false
         WHERE "@NAME@_id_ranges".dropped_at IS NOT NULL;
