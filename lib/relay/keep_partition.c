@@ -103,6 +103,18 @@ static char *value(PGconn *conn, const char *sql, char *err, size_t errlen)
     return v;
 }
 
+/* The table's relkind and the identity's last value, as "r 1234" (NULL on error, err set). */
+static char *table_state(PGconn *conn, const char *table_q, char *err, size_t errlen)
+{
+    char *q = xasprintf("SELECT c.relkind::text || ' ' || coalesce(pg_catalog.pg_sequence_last_value("
+                        "pg_catalog.pg_get_serial_sequence('%s', 'id')::regclass), 0)"
+                        " FROM pg_catalog.pg_class c WHERE c.oid = '%s'::regclass",
+                        table_q, table_q);
+    char *v = value(conn, q, err, errlen);
+    free(q);
+    return v;
+}
+
 /* A DO block granting on `to` what the ACL of `from` grants (kind: TABLE or SEQUENCE; from
  * and to: SQL expressions of the relations' names). */
 static void copy_grants(struct strbuf *sb, const char *kind, const char *from, const char *to)
@@ -186,12 +198,7 @@ static int switch_over(PGconn *conn, const struct config *cfg, const char *schem
     q = xasprintf("SET LOCAL lock_timeout = '1s'; LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", table_q);
     if (run(conn, q, state, err, errlen) != 0)
         goto out;
-    free(q);
-    q = xasprintf("SELECT c.relkind::text || ' ' || coalesce(pg_catalog.pg_sequence_last_value("
-                  "pg_catalog.pg_get_serial_sequence('%s', 'id')::regclass), 0)"
-                  " FROM pg_catalog.pg_class c WHERE c.oid = '%s'::regclass",
-                  table_q, table_q);
-    if (!(kind = value(conn, q, err, errlen)))
+    if (!(kind = table_state(conn, table_q, err, errlen)))
         goto out;
     if (kind[0] == 'p') { /* another migrate --partition did it meanwhile */
         rc = 1;
@@ -304,13 +311,7 @@ int keep_partition(PGconn *conn, const struct config *cfg, long long width, char
         free(name);
         return -1;
     }
-    q = xasprintf("SELECT c.relkind::text || ' ' || coalesce(pg_catalog.pg_sequence_last_value("
-                  "pg_catalog.pg_get_serial_sequence('%s', 'id')::regclass), 0)"
-                  " FROM pg_catalog.pg_class c WHERE c.oid = '%s'::regclass",
-                  table_q, table_q);
-    kind = value(conn, q, err, errlen);
-    free(q);
-    q = NULL;
+    kind = table_state(conn, table_q, err, errlen);
     if (!kind)
         goto out;
     if (kind[0] == 'p') {
