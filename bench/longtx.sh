@@ -8,8 +8,8 @@
 # IDS ids per partition, by `migrate --partition IDS` before the writers start). Starts its own throwaway PostgreSQL (durable)
 # and Kafka like bench/bench.sh. The transaction opens 10 s after the writers start and
 # stays open until they stop. Every 5 s it prints the pending rows (rows written minus rows
-# the relay marked: the id sequence against the relay's metric, so the
-# sampling itself never walks the pending index). The last line is:
+# the relay marked: the id sequence against the relay's metric, read just after a fresh
+# metrics snapshot, so the sampling itself never walks the pending index). The last line is:
 #   RESULT longtx_max_pending=.. longtx_final_pending=.. published=.. seconds=.. rate=.. on_sent=..
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,22 @@ env OUTBOX_PG_DSN="$dsn" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$RELAYTEST_KA
 relay_pid=$!
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null && break; sleep 0.1; done
 marked() { metric_at "http://127.0.0.1:$http_port/metrics" outbox_marked_total; }
+# The relay's /metrics is a snapshot it renders every 0.5 s (lib/relay/status.c): read at a
+# random moment, its count lags the sequence by up to half a second of writes (1,500 rows at
+# 3,000 events/s, counted as pending though already published). So a sample waits for a new
+# snapshot (polled every 20 ms, for at most 0.8 s) and reads the sequence right after it:
+# pending is then overstated by the poll and the read (tens of ms of writes), never
+# understated.
+fresh_marked() {
+    local m0 m
+    m0=$(marked) m=$m0
+    for _ in $(seq 1 40); do
+        sleep 0.02
+        m=$(marked)
+        [ "$m" != "$m0" ] && break
+    done
+    echo "$m"
+}
 
 say "writers at $rate events/s for $seconds s; a REPEATABLE READ transaction opens at 10 s"
 # writers commit with synchronous_commit=off (as bench/bench.sh's): the rate is then the
@@ -60,8 +76,8 @@ max=0 t=10
 while kill -0 "$pgb_pid" 2>/dev/null; do
     sleep 5
     t=$((t + 5))
+    m=$(fresh_marked)
     written=$(psqlc "SELECT last_value FROM outbox_id_seq")
-    m=$(marked)
     pending=$((written - m))
     [ "$pending" -gt "$max" ] && max=$pending
     printf '%s\t%s\t%s\t%s\n' "$t" "$written" "$m" "$pending" >>"$out/pending.tsv"
@@ -69,7 +85,8 @@ while kill -0 "$pgb_pid" 2>/dev/null; do
 done
 wait "$pgb_pid" || true
 pgb_pid=""
-final=$(( $(psqlc "SELECT last_value FROM outbox_id_seq") - $(marked) ))
+m=$(fresh_marked)
+final=$(( $(psqlc "SELECT last_value FROM outbox_id_seq") - m ))
 kill "$tx_pid" 2>/dev/null || true
 tx_pid=""
 say "figures and raw data in $out"

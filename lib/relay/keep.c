@@ -154,21 +154,27 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
      * by the BRIN index on their lowest and highest ids, or the btree on their highest, as the
      * planner sees fit with the bounds known), so that a table retaining millions of rows
      * costs each turn the same. (A per-row lookup of old rows in the records reads every later
-     * record of the partition: a bitmap scan cannot stop at the first match.) Records go once
+     * record of the partition: a bitmap scan cannot stop at the first match.) The rows and the
+     * recorded ids are compared by one grouping, not an anti-join: the planner cannot know how
+     * many rows the span holds (W is read in the statement) and chose a nested loop over the
+     * records for each row — 3.5 million comparisons and 0.5-1.3 s per turn on the worker
+     * session once a turn spanned 2,600-5,000 rows (bench/longtx.sh in keep mode, where those
+     * turns were the backlog's spikes). Records go once
      * every row they name is gone (retention): below the lowest row left, and never above W.
      * Returns: held, gaps, their first ids, records dropped, W, the partition's lowest row. */
     free(sql->keep_audit);
     sql->keep_audit = xasprintf(
         "WITH cur AS (SELECT coalesce((SELECT w FROM %s WHERE lease_partition = $2::int2), 0) AS w"
         "  WHERE " HOLDS_LEASE("$1", "$2") "),"
-        " span AS (SELECT o.id, o.lease_partition, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
+        " span AS (SELECT o.id, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
         "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= least($5::int8, cur.w)),"
-        " rec AS (SELECT DISTINCT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2"
+        " rec AS (SELECT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2"
         "  AND pb.low <= $5::int8 AND pb.top > $4::int8 AND i > $4::int8 AND i <= $5::int8),"
-        " gap AS (SELECT s.* FROM span s WHERE NOT EXISTS (SELECT 1 FROM rec WHERE rec.i = s.id)"
-        "  AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = s.id)),"
+        " gap AS (SELECT u.id, min(u.aggregate_id) AS aggregate_id FROM (SELECT id, aggregate_id, true AS row FROM span"
+        "   UNION ALL SELECT i, NULL, false FROM rec) u GROUP BY u.id HAVING bool_and(u.row)),"
         " ins AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
-        "  SELECT id, lease_partition, aggregate_id, 0, $3, false FROM gap ON CONFLICT (id) DO NOTHING RETURNING id),"
+        "  SELECT g.id, $2::int2, g.aggregate_id, 0, $3, false FROM gap g"
+        "  WHERE NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = g.id) ON CONFLICT (id) DO NOTHING RETURNING id),"
         " low AS (SELECT least(cur.w + 1, (SELECT min(o.id) FROM %s o WHERE o.status = 'PENDING'"
         "  AND o.lease_partition = $2::int2)) AS id FROM cur),"
         " old AS (DELETE FROM %s pb USING low WHERE pb.lease_partition = $2::int2 AND pb.top < low.id RETURNING 1)"
@@ -198,7 +204,10 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
     char *rec = recorded(k, "lp.p", "o.id"), *park = parked(k, "o.id"),
          *rec_any = recorded(k, "o.lease_partition", "o.id");
     /* the backlog: rows above W less those recorded as published (an index-only count, not a
-     * lookup per row: an upper bound while parked rows lie above W), and the first row above
+     * lookup per row: an upper bound while parked rows lie above W; the records above W read
+     * per partition from the index on (lease_partition, top), the OFFSET 0 keeping PostgreSQL
+     * from making it a join that reads every record: 500,000, 0.66 s, after 300 s of
+     * bench/longtx.sh in keep mode with no retention), and the first row above
      * W of each partition that is neither recorded nor parked, for the oldest's age ($1 the
      * count cap per partition) */
     free(sql->stats);
@@ -210,8 +219,9 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
         "   AND NOT %s AND NOT %s ORDER BY o.id LIMIT 1) x)"
         " SELECT greatest(0, (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT 1 FROM %s o"
         "   WHERE o.status = 'PENDING' AND o.lease_partition = lp.p AND o.id > lp.w LIMIT $1) x)"
-        "  - (SELECT count(*) FROM lp JOIN %s pb ON pb.lease_partition = lp.p AND pb.top > lp.w"
-        "   CROSS JOIN LATERAL unnest(pb.ids) i WHERE i > lp.w)),"
+        "  - (SELECT count(*) FROM lp CROSS JOIN LATERAL (SELECT pb.ids FROM %s pb"
+        "   WHERE pb.lease_partition = lp.p AND pb.top > lp.w OFFSET 0) r CROSS JOIN LATERAL unnest(r.ids) i"
+        "   WHERE i > lp.w)),"
         " (SELECT min(id) FROM heads), (SELECT " OUTBOX_OLDEST_AGE("created_at") " FROM heads),"
         " (SELECT max(id) FROM %s), (SELECT count(*) FROM %s WHERE failed),"
         " pg_notification_queue_usage()",
@@ -534,9 +544,14 @@ void keep_claim_skip(const struct relay *r, struct strbuf *ids)
 
 /* ---- the audit: rows at or below W that were never published ---------------------- */
 
-/* The ids one audit turn looks at: about 5,000 rows of a partition when keys spread evenly
- * over the 64 (keep_audit in keep_sql_watermark). */
-#define KEEP_AUDIT_SPAN 320000
+/* The ids one audit turn looks at: about 1,250 rows of a partition when keys spread evenly
+ * over the 64 (keep_audit in keep_sql_watermark); KEEP_AUDIT_TURNS turns per held partition
+ * per OUTBOX_WATERMARK_AUDIT_MS, 320,000 ids in all. A turn holds the worker session: one of
+ * 320,000 ids took 150-360 ms beside writers at 3,000 events/s (bench/longtx.sh in keep
+ * mode), each a step in the backlog; a quarter of it, four times as often, is the same work
+ * in smaller steps. */
+#define KEEP_AUDIT_TURNS 4
+#define KEEP_AUDIT_SPAN (320000 / KEEP_AUDIT_TURNS)
 static void audit_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
@@ -571,8 +586,8 @@ int keep_audit_due(const struct relay *r)
 
 void keep_audit_send(struct relay *r)
 {
-    /* one held partition per turn, so that a round gives each a turn once per period */
-    r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / OUTBOX_LEASE_PARTITIONS;
+    /* one held partition per turn, so that a round gives each KEEP_AUDIT_TURNS turns per period */
+    r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / (OUTBOX_LEASE_PARTITIONS * KEEP_AUDIT_TURNS);
     int p = r->keep.audit_next;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++, p = (p + 1) % OUTBOX_LEASE_PARTITIONS)
         if (r->lease.part[p].state != LEASE_FREE)

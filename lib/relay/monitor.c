@@ -403,8 +403,11 @@ struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
     mon->cfg = cfg;
     mon->sql = sql;
     mon->m = m;
-    char setup[160];
-    snprintf(setup, sizeof(setup), "SET statement_timeout = %d; SET application_name = 'outbox-relay monitor'",
+    /* JIT off, as on the worker session: the backlog's statement in keep mode (a lateral over
+     * the 64 lease partitions) costs more than jit_above_cost, and PostgreSQL spent 87 ms of a
+     * 552 ms run compiling it (auto_explain, bench/longtx.sh in keep mode) */
+    char setup[192];
+    snprintf(setup, sizeof(setup), "SET statement_timeout = %d; SET jit = off; SET application_name = 'outbox-relay monitor'",
              cfg->statement_timeout_ms);
     static const struct pgconn_callbacks cb = {monitor_ready, monitor_lost, NULL};
     mon->conn = pgconn_new(loop, "monitor", cfg->pg_dsn, setup, cfg->reconnect_max_ms, &cb, mon);
