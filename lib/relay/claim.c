@@ -373,17 +373,41 @@ int floor_probe_due(const struct relay *r)
     return r->claim.floors_on && r->mode == MODE_RUNNING && mono_ms() >= r->claim.probe_due_ms;
 }
 
+/* A held-back proof is named once it waited this long (and then once per candidate). */
+#define PROOF_HELD_LOG_MS 10000
+
 static void probe_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1)
         return;
-    floors_probe_result(&r->claim.floors, r->claim.probe_high,
-                        PQgetvalue(res, 0, FLOOR_PROBE_WRITERS),
-                        (long)pg_int(PQgetvalue(res, 0, FLOOR_PROBE_STILL_WRITING)));
+    struct claim_state *c = &r->claim;
+    int64_t now = mono_ms();
+    int64_t identity = PQgetisnull(res, 0, FLOOR_PROBE_IDENTITY) ? -1 : pg_int(PQgetvalue(res, 0, FLOOR_PROBE_IDENTITY));
+    floors_probe_result(&c->floors, c->probe_high, PQgetvalue(res, 0, FLOOR_PROBE_WRITERS), identity, now);
+    /* every id drawn before the probe is at or below the identity's value it read: a
+     * claimed id above it was not drawn by the identity and stays out of the proof */
+    int64_t beyond = identity >= 0 && c->probe_high > identity ? c->probe_high : 0;
+    if (beyond && beyond != r->m.id_beyond_identity)
+        log_warn("proof: row %lld was claimed with an id beyond the identity's last value %lld (inserted "
+                 "with OVERRIDING SYSTEM VALUE, COPY with ids, logical replication or a restore?): it is "
+                 "published, but the floors%s stay at or below the identity's value; a writer whose id "
+                 "the identity reaches later fails with a duplicate key",
+                 (long long)beyond, (long long)identity, r->cfg->keep ? " and watermarks" : "");
+    r->m.id_beyond_identity = beyond;
+    int64_t held = floors_held_ms(&c->floors, now);
+    r->m.proof_held_seconds = (double)held / 1000.0;
+    const char *holder = PQgetvalue(res, 0, FLOOR_PROBE_HOLDER);
+    if (held >= PROOF_HELD_LOG_MS && holder[0] && c->floors.queue[0].high != c->held_logged) {
+        c->held_logged = c->floors.queue[0].high;
+        log_warn("proof: the floors%s have waited %.0f s to pass id %lld for a transaction that wrote "
+                 "the table and is still open: %s",
+                 r->cfg->keep ? " and watermarks" : "", (double)held / 1000.0,
+                 (long long)c->floors.queue[0].high, holder);
+    }
     if (requeue_count_changed(r, pg_int(PQgetvalue(res, 0, FLOOR_PROBE_REQUEUED)))) {
         log_info("claim: parked rows were requeued; claiming from the bottom");
         claim_floors_reset(r, "requeue");
-        r->claim.wanted = 1;
+        c->wanted = 1;
     }
 }
 
@@ -391,9 +415,14 @@ static const struct worker_stmt probe_stmt = {.what = "floor probe", .on_ok = pr
 
 void floor_probe_send(struct relay *r)
 {
-    r->claim.probe_due_ms = mono_ms() + FLOOR_PROBE_MS;
+    int64_t now = mono_ms();
+    r->claim.probe_due_ms = now + FLOOR_PROBE_MS;
     r->claim.probe_high = r->claim.claimed_high;
-    const char *params[1] = {r->claim.floors.writers ? r->claim.floors.writers : "{}"};
+    /* the writers holding the oldest candidate back are looked up only once it waited */
+    char holders[2048] = "{}";
+    if (floors_held_ms(&r->claim.floors, now) >= PROOF_HELD_LOG_MS / 2)
+        floors_holders(&r->claim.floors, holders, sizeof(holders));
+    const char *params[1] = {holders};
     worker_send(r, &probe_stmt, r->sql.floor_probe, 1, params);
 }
 

@@ -333,19 +333,34 @@ static void sql_rows(struct outbox_sql *sql, const struct config *cfg, const str
 static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const struct names *n)
 {
     struct strbuf sb;
-    /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table
-     * (every INSERT takes it before drawing its id, until its transaction ends; readers
-     * hold only ACCESS SHARE), and how many of those the last probe listed ($1) still do.
-     * One read of the lock table answers both. Prepared transactions have no pid. And the
-     * doorbell's requeue count (schema 5: the probe runs only there), for requeues that no
-     * claim saw (a claim that finds no row cannot tell). */
-    sql->floor_probe = xasprintf("SELECT coalesce(array_agg(l.virtualtransaction)"
-        "  FILTER (WHERE l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),"
-        " count(*) FILTER (WHERE l.virtualtransaction = ANY($1::text[])),"
-        " (SELECT requeued FROM %s.\"%s_doorbell\")"
-        " FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
+    /* The floors' proof (floor.h): the transactions holding ROW EXCLUSIVE on the table or
+     * any of its partitions (every INSERT takes it on the relation it names before drawing
+     * its id, until its transaction ends; an INSERT straight into a partition locks that
+     * partition alone; readers hold only ACCESS SHARE), read after the identity's last value
+     * (the outer side of the join is read first; NULL when this role may not read the
+     * sequence); the oldest of the writers in $1 (those holding the oldest candidate back,
+     * '{}' unless it waited long), named for the log; and the doorbell's requeue count
+     * (schema 5: the probe runs only there), for requeues that no claim saw (a claim that
+     * finds no row cannot tell). Prepared transactions have no pid. */
+    const char *id_col = cfg->debezium ? "relay_seq" : "id";
+    sql->floor_probe = xasprintf(
+        "SELECT coalesce(w.writers, '{}'),"
+        " (SELECT CASE WHEN a.pid IS NULL THEN 'a prepared transaction (virtual id ' || h.virtualtransaction || ')'"
+        "   ELSE format('pid %%s (application_name \"%%s\", user %%s), open %%s s', a.pid, a.application_name,"
+        "    a.usename, round(extract(epoch FROM clock_timestamp() - a.xact_start))) END"
+        "  FROM pg_locks h LEFT JOIN pg_stat_activity a ON a.pid = h.pid"
+        "  WHERE h.virtualtransaction = ANY($1::text[]) AND h.locktype = 'relation'"
+        "  AND h.mode = 'RowExclusiveLock' ORDER BY a.xact_start NULLS FIRST LIMIT 1),"
+        " (SELECT requeued FROM %s.\"%s_doorbell\"),"
+        " s.last_value"
+        " FROM (SELECT CASE WHEN has_sequence_privilege(q, 'SELECT') THEN coalesce(pg_sequence_last_value(q), 0)"
+        "  END AS last_value FROM (SELECT pg_get_serial_sequence('%s', '%s') AS q) q OFFSET 0) s"
+        " CROSS JOIN LATERAL (SELECT array_agg(DISTINCT l.virtualtransaction) AS writers"
+        "  FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
+        "  AND l.pid IS DISTINCT FROM pg_backend_pid() AND s.last_value IS NOT DISTINCT FROM s.last_value"
         "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        "  AND l.relation = '%s'::regclass", n->schema_q, n->name, n->table_q);
+        "  AND l.relation IN (SELECT '%s'::regclass UNION SELECT relid FROM pg_partition_tree('%s'))) w",
+        n->schema_q, n->name, n->table_q, id_col, n->table_q, n->table_q);
 
     sql->version = schema_version_query(cfg->table);
     char *placement = placement_columns(cfg), *types = placement_types_sql(cfg, n->table_q);

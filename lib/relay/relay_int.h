@@ -55,6 +55,7 @@ struct claim_state {
     int64_t claimed_high;      /* the highest id ever claimed */
     int64_t probe_high;        /* claimed_high when the probe in flight was sent */
     int64_t probe_due_ms;      /* monotonic */
+    int64_t held_logged;       /* the candidate whose held-back proof was logged */
     int bottom_k;              /* partitions a claim may read from the bottom (claim.c) */
     int bottom_next;           /* where the next claim looks first for those */
     int fc_bottom;             /* how many the claim in flight reads from the bottom */

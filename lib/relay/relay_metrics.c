@@ -156,6 +156,15 @@ static void render_holders(const struct metrics *m, struct strbuf *o)
 
 static void render_leases(const struct metrics *m, struct strbuf *o)
 {
+    metrics_gauge(o, "outbox_proof_held_seconds",
+                  "How long the floors' proof (and keep mode's watermarks) has waited for writers that "
+                  "may hold a lower id (0 when nothing waits); the log names the oldest writer after 10 s.",
+                  m->proof_held_seconds);
+    metrics_gauge(o, "outbox_id_beyond_identity",
+                  "The highest claimed id beyond the identity's last value (a row inserted with "
+                  "OVERRIDING SYSTEM VALUE, COPY with ids, a restore), 0 when none; the proof stops "
+                  "below it.",
+                  (double)m->id_beyond_identity);
     metrics_gauge(o, "outbox_watermark_blocked",
                   "OUTBOX_ON_SENT=keep: 1 while the watermark's proof fails its check (see the log).",
                   m->keep_blocked);
