@@ -8,9 +8,33 @@
 #   scripts/mutants.sh PATTERN...      the mutants whose file name contains a PATTERN
 # Prints one line per mutant (caught / MISSED / BROKEN) and "N caught, N missed, N broken";
 # exits non-zero unless every mutant was caught.
+#   scripts/mutants.sh --check         no build, no test: every patch still applies to the tree
+#                                      and names a test, an expected text and a reason (seconds;
+#                                      run in CI, so that a mutant that no longer applies is seen)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
+
+if [ "${1:-}" = --check ]; then
+    bad=0 n=0
+    for patch in test/mutants/*.patch; do
+        n=$((n + 1))
+        name=$(basename "$patch" .patch)
+        test_name=$(sed -n 's/^test: //p' "$patch" | head -1)
+        base=${test_name%_pg17}
+        for v in _delete _keep _debezium _rabbitmq _image _strict; do base=${base%$v}; done
+        if [ -z "$test_name" ] || [ -z "$(sed -n 's/^expect: //p' "$patch")" ] || [ -z "$(sed -n 's/^why: //p' "$patch")" ]; then
+            echo "BROKEN  $name: its header lacks test:, expect: or why:"; bad=$((bad + 1))
+        elif ! grep -q "'$base'\|'$test_name'" test/meson.build; then
+            echo "BROKEN  $name: test $test_name is not in test/meson.build"; bad=$((bad + 1))
+        elif ! patch -p1 --dry-run --quiet --forward <"$patch" >/dev/null 2>&1; then
+            echo "BROKEN  $name: the patch no longer applies"; bad=$((bad + 1))
+        fi
+    done
+    echo "mutants: $n patches, $bad broken"
+    [ "$bad" -eq 0 ]
+    exit
+fi
 
 bash scripts/deps.sh || exit 1
 bash test/env/kafka.sh fetch || exit 1

@@ -4,7 +4,7 @@
 #   1. builds with ASan+UBSan and -Werror (test hooks on) and runs every unit and
 #      integration test;
 #   2. runs the C unit tests and a small integration subset under valgrind memcheck;
-#   3. runs cppcheck;
+#   3. runs cppcheck, and checks that every mutant patch still applies (mutants.sh --check);
 #   4. replays the fuzz regression seeds and fuzzes each libFuzzer target briefly;
 #   5. runs the benchmark's smoke mode (every stage once, small; figures printed, not asserted);
 # and prints "N passed, N failed". Exits non-zero on any failure.
@@ -72,6 +72,13 @@ if [ $# -eq 0 ]; then
         passed=$((passed + 1))
     else
         echo "cppcheck: FAILED"
+        failed=$((failed + 1))
+    fi
+
+    echo "== stage 3b: the mutants still apply (scripts/mutants.sh --check; the suite itself: scripts/mutants.sh)"
+    if bash scripts/mutants.sh --check; then
+        passed=$((passed + 1))
+    else
         failed=$((failed + 1))
     fi
 

@@ -82,16 +82,23 @@ static void keep_sql_rows(struct outbox_sql *sql, const struct keep_names *k)
         " req AS (DELETE FROM %s k USING mine WHERE k.id = mine.id AND NOT k.failed RETURNING 1),"
         OUTBOX_RELAY_STATE_CTE " SELECT (SELECT count(*) FROM mine), (SELECT count(*) FROM a) - (SELECT count(*) FROM mine)",
         k->pub, k->parked, k->schema_q, k->name);
+    /* Parks and failed attempts, like marks and advances, are written only while this
+     * session holds the row's lease partition: a relay cut off and back must not write an
+     * entry for a row its partition's new holder may have published since (the entry
+     * would hold the row's key back, or publish the row again after later events of its
+     * key). Refused, they write nothing (update_ok in poison.c says so). */
     /* $1 id, $2 reason: parked for good */
     free(sql->park);
-    char *from = xasprintf("%s WHERE id = $1::int8", k->table_q);
+    char *from = xasprintf("%s WHERE id = $1::int8 AND " HOLDS_LEASE("%d", "lease_partition"), k->table_q,
+                           sql->lease_key);
     sql->park = parked_upsert(k, "1, $2, true", from,
                               "attempts = k.attempts + 1, last_error = excluded.last_error, failed = true,"
                               " at = clock_timestamp()");
     free(from);
     /* $1 ids, $2 reason: last_error only */
     free(sql->note_failed);
-    from = xasprintf("%s WHERE id = ANY($1::int8[])", k->table_q);
+    from = xasprintf("%s WHERE id = ANY($1::int8[]) AND " HOLDS_LEASE("%d", "lease_partition"), k->table_q,
+                     sql->lease_key);
     sql->note_failed = parked_upsert(k, "0, $2, false", from, "last_error = excluded.last_error WHERE NOT k.failed");
     free(from);
     /* $1 id, $2 reason, $3 max attempts */
@@ -102,11 +109,11 @@ static void keep_sql_rows(struct outbox_sql *sql, const struct keep_names *k)
     free(sql->row_failed);
     sql->row_failed = xasprintf(
         "WITH o AS (SELECT id, lease_partition, aggregate_id, event_id, aggregate_type, event_type,"
-        "  created_at FROM %s WHERE id = $1::int8), u AS (%s)"
+        "  created_at FROM %s WHERE id = $1::int8 AND " HOLDS_LEASE("%d", "lease_partition") "), u AS (%s)"
         " SELECT CASE WHEN u.failed THEN 'FAILED' ELSE 'PENDING' END, u.attempts, o.event_id,"
         "  o.aggregate_id, o.aggregate_type, o.event_type, " OUTBOX_CREATED_MS("o.created_at")
         " FROM o, u",
-        k->table_q, u);
+        k->table_q, sql->lease_key, u);
     free(u);
 }
 

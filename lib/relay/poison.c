@@ -106,9 +106,16 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
 static void update_ok(struct relay *r, PGresult *res)
 {
     struct row_update *u = &r->poison.updates[0];
-    int parked = !u->count_attempt ||
-                 (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, ROW_FAILED_STATUS), "FAILED") == 0);
-    if (parked) {
+    /* nothing written: the row is no longer pending, or (keep mode) this session no longer
+     * holds its lease partition; its new holder decides */
+    int written = u->count_attempt ? PQntuples(res) == 1 : atoi(PQcmdTuples(res)) > 0;
+    int parked = written && (!u->count_attempt ||
+                             strcmp(PQgetvalue(res, 0, ROW_FAILED_STATUS), "FAILED") == 0);
+    if (!written) {
+        log_warn("relay: row %lld was not %s: it is no longer pending here, or this relay no longer "
+                 "holds its lease partition (%s)", (long long)u->id,
+                 u->count_attempt ? "counted as a failed attempt" : "parked", u->reason);
+    } else if (parked) {
         r->m.parked_total++;
         log_warn("relay: row %lld parked as FAILED: %s", (long long)u->id, u->reason);
         if (u->count_attempt) {

@@ -28,8 +28,26 @@ fail() {
     exit 1
 }
 
+# Keep mode: the watermark's audit publishes what a broken proof let W pass, before any check
+# of Kafka can miss it. So a keep-mode test passes only if no relay's audit found such a row
+# (the audit's log line in any relay log; stop_relay also reads outbox_watermark_gaps_total
+# from a successful scrape) — unless the test planted one itself (plant_below_w sets
+# KEEP_GAPS_PLANTED).
+keep_audit_clean() {
+    [ "$ON_SENT" = keep ] && [ -z "${KEEP_GAPS_PLANTED:-}" ] || return 0
+    local f
+    for f in "$WORK"/relay*.log; do
+        [ -f "$f" ] || continue
+        if grep -q "never recorded as published" "$f"; then
+            log "FAIL: the audit found rows below a watermark that were never published: $(grep -m1 -o "keep: .\{0,160\}" "$f")"
+            return 1
+        fi
+    done
+}
+
 cleanup() {
-    local pid
+    local pid rc=$?
+    [ "$rc" != 0 ] || keep_audit_clean || rc=1
     for pid in "${RELAY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     if [ -n "${RELAYTEST_PG17:-}" ] && [ -d "$WORK/pg17" ]; then # the test's PostgreSQL 17
         bash "$RELAYTEST_SRC/test/env/pg.sh" kill "$WORK/pg17" >/dev/null 2>&1 || true
@@ -39,6 +57,7 @@ cleanup() {
         image_bh rm "$IMAGE_CTR" >/dev/null 2>&1 || true
     fi
     if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$WORK"; fi
+    exit "$rc"
 }
 trap cleanup EXIT
 
@@ -203,6 +222,7 @@ ins_key() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2
 # SYSTEM VALUE once the watermark passed it (later rows of other keys of the partition
 # published). Sets r (the lease partition) and hole (the id). Needs a keep relay running.
 plant_below_w() {
+    KEEP_GAPS_PLANTED=1
     r=$(part_of "$1")
     hole=$("$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
         -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', 'E', '{}') RETURNING id" -c "ROLLBACK" | head -1)
@@ -296,8 +316,11 @@ not_exported() {
 
 # stop_relay NAME: SIGTERM and wait; returns the relay's exit status.
 stop_relay() {
-    local pid
+    local pid gaps
     pid=$(relay_pid "$1")
+    if [ "$ON_SENT" = keep ] && [ -z "${KEEP_GAPS_PLANTED:-}" ] && gaps=$(metric "$1" outbox_watermark_gaps_total 2>/dev/null); then
+        [ "$gaps" = 0 ] || fail "relay $1's audit found $gaps rows below a watermark that were never published"
+    fi
     kill -TERM "$pid" 2>/dev/null || true
     local rc=0
     wait "$pid" || rc=$?
