@@ -219,6 +219,14 @@ static void purge_done(void *ctx, PGresult *res)
     long long deleted = (long long)num(res, 0);
     long long max_seen = (long long)num(res, 1);
     long long live = (long long)num(res, 2);
+    if (PQnfields(res) > 4 && num(res, 3) > 0) { /* keep mode: rows W passed, never published */
+        mon->m->keep_gaps_total += (uint64_t)num(res, 3);
+        log_error("keep: retention kept %lld rows at or below their watermark that were never recorded as "
+                  "published (ids %s%s) and queued them for publishing. A row inserted with an id below the "
+                  "watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a broken proof; see "
+                  "docs/OUTBOX-TABLE.md, Keep", (long long)num(res, 3), PQgetvalue(res, 0, 4),
+                  num(res, 3) > 20 ? ", ..." : "");
+    }
     PQclear(res);
     mon->m->retention_deleted_total += (uint64_t)deleted;
     mon->purge_cycle_deleted += deleted;

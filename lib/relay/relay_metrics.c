@@ -73,8 +73,8 @@ static const struct counter_def {
     {"outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
      offsetof(struct metrics, lease_lost_total)},
     {"outbox_watermark_gaps_total",
-     "OUTBOX_ON_SENT=keep: rows the audit found at or below a watermark that were never recorded as "
-     "published (then published): 0 unless a writer broke the rule or the proof failed; alert on any.",
+     "OUTBOX_ON_SENT=keep: rows the audit or retention found at or below a watermark that were never "
+     "recorded as published (then published): 0 unless a writer broke the rule or the proof failed; alert on any.",
      offsetof(struct metrics, keep_gaps_total)},
     {"outbox_watermark_audits_total", "OUTBOX_ON_SENT=keep: lease partitions audited below their watermark.",
      offsetof(struct metrics, keep_audited_total)},
