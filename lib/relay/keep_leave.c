@@ -1,10 +1,12 @@
 /* `outbox-relay migrate --leave-keep`: a table leaves keep mode. What keep mode knows from its
  * watermarks, records and parked table is written into the rows the way mark mode keeps it:
- * rows at or below their partition's watermark, and rows recorded as published above it,
- * become SENT (sent_at: their record's time, else the watermark's last move); rows parked
- * for good become FAILED; failed attempts go back to the rows' attempts and last_error.
- * Then the watermarks, records and parked entries go, and relays in mark (or delete) mode
- * take the table: they claim exactly the rows that are still PENDING.
+ * rows a record names (at or below their partition's watermark, or above it) become SENT
+ * (sent_at: their record's time); rows parked for good become FAILED; failed attempts go
+ * back to the rows' attempts and last_error. A row at or below the watermark that no record
+ * names stays PENDING: a requeued row (W passed it while it was parked), or one the audit
+ * has not reached yet; either may never have been published. Then the watermarks, records
+ * and parked entries go, and relays in mark (or delete) mode take the table: they claim
+ * exactly the rows that are still PENDING.
  *
  * No relay may run on the table meanwhile: a keep relay would go on recording (its rows
  * left PENDING here would be published again) and set a watermark again, which makes the
@@ -61,7 +63,7 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
     const char *wm = k.wm, *pub = k.pub, *parked = k.parked;
     char names[512];
     int key = outbox_lease_key(cfg->table), rc = -1;
-    long sent_w = 0, sent_rec = 0, failed = 0, noted = 0, n;
+    long sent_w = 0, sent_rec = 0, failed = 0, noted = 0, unrecorded = 0, n;
     char *q = NULL;
     if (cfg->debezium) {
         snprintf(err, errlen, "--leave-keep: the Debezium layout has no keep mode");
@@ -118,12 +120,14 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
                  "stop it and run the step again", cfg->table, names);
         goto rollback;
     }
-    /* published: at or below W (not parked for good) ... */
+    /* published: at or below W, named by a record (not parked for good) ... */
     free(q);
-    q = xasprintf("UPDATE %s o SET status = 'SENT', sent_at = coalesce((SELECT min(p.at) FROM %s p"
-                  "  WHERE p.low <= o.id AND p.top >= o.id AND o.id = ANY(p.ids)), wm.updated_at)"
-                  " FROM %s wm WHERE wm.lease_partition = o.lease_partition AND o.id <= wm.w"
-                  " AND o.status = 'PENDING' AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)",
+    q = xasprintf("UPDATE %s o SET status = 'SENT', sent_at = r.at FROM"
+                  " (SELECT p.lease_partition, i AS id, min(p.at) AS at FROM %s p CROSS JOIN unnest(p.ids) i"
+                  "  GROUP BY p.lease_partition, i) r, %s wm"
+                  " WHERE o.id = r.id AND o.lease_partition = r.lease_partition"
+                  " AND wm.lease_partition = o.lease_partition AND o.id <= wm.w AND o.status = 'PENDING'"
+                  " AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = o.id AND k.failed)",
                   table_q, pub, wm, parked);
     if (exec_ok(conn, q, &sent_w, err, errlen) != 0)
         goto rollback;
@@ -149,6 +153,14 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
                   table_q, parked);
     if (exec_ok(conn, q, &noted, err, errlen) != 0)
         goto rollback;
+    /* what stays PENDING at or below W: requeued, or never recorded (the next relay sends it) */
+    free(q);
+    q = xasprintf("SELECT count(*) FROM %s o JOIN %s wm ON wm.lease_partition = o.lease_partition"
+                  " WHERE o.id <= wm.w AND o.status = 'PENDING'", table_q, wm);
+    if (!(res = pgconn_exec(conn, q, 0, NULL, err, errlen)))
+        goto rollback;
+    unrecorded = atol(PQgetvalue(res, 0, 0));
+    PQclear(res);
     free(q);
     q = xasprintf("DELETE FROM %s; DELETE FROM %s; DELETE FROM %s", wm, pub, parked);
     if (exec_ok(conn, q, NULL, err, errlen) != 0)
@@ -156,8 +168,10 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
     if (exec_ok(conn, "COMMIT", NULL, err, errlen) != 0)
         goto out;
     log_info("migrate: %s left keep mode: %ld rows at or below the watermarks and %ld recorded above them "
-             "marked SENT, %ld parked rows FAILED, %ld rows' failed attempts written back; start its relays "
-             "with OUTBOX_ON_SENT=mark (or delete)", cfg->table, sent_w, sent_rec, failed, noted);
+             "marked SENT, %ld parked rows FAILED, %ld rows' failed attempts written back, %ld rows at or "
+             "below the watermarks left PENDING (requeued, or never recorded as published: the next relay "
+             "publishes them); start its relays with OUTBOX_ON_SENT=mark (or delete)",
+             cfg->table, sent_w, sent_rec, failed, noted, unrecorded);
     rc = 0;
     goto out;
 rollback:
