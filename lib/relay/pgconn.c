@@ -52,6 +52,9 @@ struct pgconn {
     pgconn_result_cb query_cb;
     void *query_ctx;
     PGresult *first_result;
+#ifdef OUTBOX_TEST_HOOKS
+    enum pgconn_test_fail test_fail; /* the next query's send or flush fails */
+#endif
 };
 
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -385,26 +388,41 @@ int pgconn_idle(const struct pgconn *pg)
     return pg->state == PG_IDLE;
 }
 
-static void flush_and_watch(struct pgconn *pg)
+/* Flushes what libpq holds and watches the socket: 0, or -1 when the connection was lost. */
+static int flush_and_watch(struct pgconn *pg)
 {
     int rc = PQflush(pg->conn);
+#ifdef OUTBOX_TEST_HOOKS
+    if (pg->test_fail == PGCONN_TEST_FAIL_FLUSH) {
+        pg->test_fail = PGCONN_TEST_FAIL_NONE;
+        lost(pg, "test hook: PQflush failed");
+        return -1;
+    }
+#endif
     if (rc < 0) {
         conn_error(pg);
-        return;
+        return -1;
     }
     watch(pg, rc == 1 ? EV_READ | EV_WRITE : EV_READ);
+    return 0;
 }
 
 static int send_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values)
 {
+#ifdef OUTBOX_TEST_HOOKS
+    if (pg->test_fail == PGCONN_TEST_FAIL_SEND) { /* nothing was sent */
+        pg->test_fail = PGCONN_TEST_FAIL_NONE;
+        lost(pg, "test hook: PQsendQueryParams failed");
+        return -1;
+    }
+#endif
     int ok = nparams < 0 ? PQsendQuery(pg->conn, sql)
                          : PQsendQueryParams(pg->conn, sql, nparams, NULL, values, NULL, NULL, 0);
     if (!ok) {
         conn_error(pg);
         return -1;
     }
-    flush_and_watch(pg);
-    return 0;
+    return flush_and_watch(pg);
 }
 
 static void setup_done(void *ctx, PGresult *res)
@@ -472,6 +490,13 @@ int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *co
     pg->query_ctx = ctx;
     return send_query(pg, sql, nparams, values);
 }
+
+#ifdef OUTBOX_TEST_HOOKS
+void pgconn_test_fail_next(struct pgconn *pg, enum pgconn_test_fail how)
+{
+    pg->test_fail = how;
+}
+#endif
 
 static void drain_notifies(struct pgconn *pg)
 {

@@ -46,9 +46,18 @@ int pgconn_connected(const struct pgconn *pg); /* set up, maybe busy */
 int pgconn_idle(const struct pgconn *pg);      /* set up and no query in flight */
 
 /* Sends one statement with text parameters (copied by libpq before return).
- * Returns 0, or -1 if not idle or the send failed (then the connection is reset). */
+ * Returns 0, or -1 if not idle or the send failed. A failed send (PQsendQueryParams, or the
+ * PQflush after it) drops the connection before this returns: cb runs with NULL, then
+ * on_lost, both inside this call. */
 int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
                  pgconn_result_cb cb, void *ctx);
+
+#ifdef OUTBOX_TEST_HOOKS
+/* Test builds: the next pgconn_query fails as if PQsendQueryParams (PGCONN_TEST_FAIL_SEND)
+ * or the PQflush after it (PGCONN_TEST_FAIL_FLUSH) had failed: the connection is reset. */
+enum pgconn_test_fail { PGCONN_TEST_FAIL_NONE, PGCONN_TEST_FAIL_SEND, PGCONN_TEST_FAIL_FLUSH };
+void pgconn_test_fail_next(struct pgconn *pg, enum pgconn_test_fail how);
+#endif
 
 
 #endif

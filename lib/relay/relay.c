@@ -244,6 +244,10 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
     r->test_fatal_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_SEND_FAIL_AFTER");
+    r->test_send_fail_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_FLUSH_FAIL_AFTER");
+    r->test_flush_fail_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_REPEAT_LOG_MS");
     if (hook && atoll(hook) > 0)
         r->fail_log.every_ms = atoll(hook);

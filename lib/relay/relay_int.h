@@ -215,6 +215,8 @@ struct relay {
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
     long long test_fatal_after;            /* raise a fatal producer error after this many acks */
+    long long test_send_fail_after;        /* once this many were acked, a worker send fails */
+    long long test_flush_fail_after;       /* once this many were acked, a worker flush fails */
 #endif
 };
 

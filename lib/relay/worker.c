@@ -84,14 +84,41 @@ static void worker_done(void *ctx, PGresult *res)
     relay_want_kick(r);
 }
 
+#ifdef OUTBOX_TEST_HOOKS
+/* Test builds: once OUTBOX_TESTHOOK_SEND_FAIL_AFTER (FLUSH_FAIL_AFTER) rows were published,
+ * the next worker statement's send (flush) fails, once. */
+static void test_fail_send(struct relay *r, const struct worker_stmt *stmt)
+{
+    long long *after[2] = {&r->test_send_fail_after, &r->test_flush_fail_after};
+    for (int i = 0; i < 2; i++) {
+        if (*after[i] <= 0 || r->m.published_total < (uint64_t)*after[i])
+            continue;
+        *after[i] = 0;
+        log_warn("test hook: the %s of the next worker statement (%s) fails", i ? "flush" : "send",
+                 stmt->what);
+        pgconn_test_fail_next(r->worker, i ? PGCONN_TEST_FAIL_FLUSH : PGCONN_TEST_FAIL_SEND);
+        return;
+    }
+}
+#endif
+
+/* Sends a statement; worker_done runs its on_ok or on_fail. Returns 0 once it is in flight;
+ * -1 if the connection is not idle (nothing sent, nothing run), or if the send failed at
+ * once (PQsendQueryParams or PQflush): then, before this returns, pgconn has dropped the
+ * connection and worker_done has run with res NULL, the statement's on_fail as for a
+ * connection lost under it (which is why r->stmt is set before the send). A caller that
+ * undoes on -1 what it prepared finds it possibly undone already (mark_send's move back). */
 int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
                 const char *const *params)
 {
-    if (pgconn_query(r->worker, sql, nparams, params, worker_done, r) != 0)
+    if (!pgconn_idle(r->worker))
         return -1;
+#ifdef OUTBOX_TEST_HOOKS
+    test_fail_send(r, stmt);
+#endif
     r->stmt = stmt;
     r->stmt_sent_ms = mono_ms();
-    return 0;
+    return pgconn_query(r->worker, sql, nparams, params, worker_done, r);
 }
 
 /* ---- schema version check, once per worker connection --------------------- */
