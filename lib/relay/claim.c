@@ -4,6 +4,7 @@
  * conditional doorbell, and marking acknowledged rows SENT. */
 #include <signal.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -376,6 +377,43 @@ int floor_probe_due(const struct relay *r)
 /* A held-back proof is named once it waited this long (and then once per candidate). */
 #define PROOF_HELD_LOG_MS 10000
 
+/* What the proof rests on, checked at every probe: ids drawn in time order (the identity's
+ * CACHE is 1: with more, each session draws from a block of its own, and an id below one
+ * already claimed can be drawn later) and a sequence that never goes back (setval, a
+ * restore). When either fails, the floors go back to the bottom and prove nothing (every
+ * claim reads from the bottom; keep mode's watermarks stop), named once in the log, until
+ * it holds again. Returns whether the proof may go on. */
+static int probe_premises(struct relay *r, PGresult *res, int64_t identity)
+{
+    struct claim_state *c = &r->claim;
+    long long cache = PQgetisnull(res, 0, FLOOR_PROBE_CACHE) ? 1 : pg_int(PQgetvalue(res, 0, FLOOR_PROBE_CACHE));
+    int64_t before = c->floors.identity;
+    char why[256] = "";
+    if (cache != 1)
+        snprintf(why, sizeof(why), "the id's sequence has CACHE %lld: sessions draw ids out of time order "
+                 "(ALTER SEQUENCE ... CACHE 1)", cache);
+    else if (identity >= 0 && before > 0 && before != INT64_MAX && identity < before)
+        snprintf(why, sizeof(why), "the id's sequence went back from %lld to %lld (setval, a restore): new "
+                 "rows may get ids below the floors", (long long)before, (long long)identity);
+    if (why[0]) {
+        if (!r->m.proof_blocked)
+            log_error("proof: claims read every lease partition from the bottom%s: %s",
+                      r->cfg->keep ? " and the watermarks stop" : "", why);
+        r->m.proof_blocked = 1;
+        floors_forget_proof(&c->floors);
+        if (r->cfg->keep)
+            r->keep.check_due_ms = 0; /* keep's own check (it stops W) runs next */
+        c->floors.identity = 0; /* still nothing proven after the next probe */
+        if (cache == 1)
+            r->m.proof_blocked = 0; /* a rewind is seen once: the proof starts over from here */
+        return 0;
+    }
+    if (r->m.proof_blocked)
+        log_info("proof: the id's sequence has CACHE 1 again; the floors move on");
+    r->m.proof_blocked = 0;
+    return 1;
+}
+
 static void probe_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1)
@@ -383,6 +421,8 @@ static void probe_ok(struct relay *r, PGresult *res)
     struct claim_state *c = &r->claim;
     int64_t now = mono_ms();
     int64_t identity = PQgetisnull(res, 0, FLOOR_PROBE_IDENTITY) ? -1 : pg_int(PQgetvalue(res, 0, FLOOR_PROBE_IDENTITY));
+    if (!probe_premises(r, res, identity))
+        return;
     floors_probe_result(&c->floors, c->probe_high, PQgetvalue(res, 0, FLOOR_PROBE_WRITERS), identity, now);
     /* every id drawn before the probe is at or below the identity's value it read: a
      * claimed id above it was not drawn by the identity and stays out of the proof */

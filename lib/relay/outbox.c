@@ -338,7 +338,7 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
      * its id, until its transaction ends; an INSERT straight into a partition locks that
      * partition alone; readers hold only ACCESS SHARE), read after the identity's last value
      * (the outer side of the join is read first; NULL when this role may not read the
-     * sequence); the oldest of the writers in $1 (those holding the oldest candidate back,
+     * sequence) and its CACHE (ids drawn in time order only with 1); the oldest of the writers in $1 (those holding the oldest candidate back,
      * '{}' unless it waited long), named for the log; and the doorbell's requeue count
      * (schema 5: the probe runs only there), for requeues that no claim saw (a claim that
      * finds no row cannot tell). Prepared transactions have no pid. */
@@ -352,9 +352,10 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
         "  WHERE h.virtualtransaction = ANY($1::text[]) AND h.locktype = 'relation'"
         "  AND h.mode = 'RowExclusiveLock' ORDER BY a.xact_start NULLS FIRST LIMIT 1),"
         " (SELECT requeued FROM %s.\"%s_doorbell\"),"
-        " s.last_value"
+        " s.last_value, s.cache"
         " FROM (SELECT CASE WHEN has_sequence_privilege(q, 'SELECT') THEN coalesce(pg_sequence_last_value(q), 0)"
-        "  END AS last_value FROM (SELECT pg_get_serial_sequence('%s', '%s') AS q) q OFFSET 0) s"
+        "  END AS last_value, (SELECT seqcache FROM pg_sequence WHERE seqrelid = q::regclass) AS cache"
+        "  FROM (SELECT pg_get_serial_sequence('%s', '%s') AS q) q OFFSET 0) s"
         " CROSS JOIN LATERAL (SELECT array_agg(DISTINCT l.virtualtransaction) AS writers"
         "  FROM pg_locks l WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'"
         "  AND l.pid IS DISTINCT FROM pg_backend_pid() AND s.last_value IS NOT DISTINCT FROM s.last_value"

@@ -156,6 +156,10 @@ static void render_holders(const struct metrics *m, struct strbuf *o)
 
 static void render_leases(const struct metrics *m, struct strbuf *o)
 {
+    metrics_gauge(o, "outbox_proof_blocked",
+                  "1 while the floors' proof cannot hold: the id's sequence has CACHE above 1 (every claim "
+                  "reads from the bottom; keep mode's watermarks stop); see the log.",
+                  m->proof_blocked);
     metrics_gauge(o, "outbox_proof_held_seconds",
                   "How long the floors' proof (and keep mode's watermarks) has waited for writers that "
                   "may hold a lower id (0 when nothing waits); the log names the oldest writer after 10 s.",
