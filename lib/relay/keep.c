@@ -128,7 +128,8 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
      * only for a partition the relay does not know (just leased): under a long transaction
      * every version of a watermark row stays, and each read walks them all (keep.c's top).
      * One row per partition held: its W, its W as written now (what the table holds: written,
-     * or found at or above it), the records above it, and the number of rows written. */
+     * or found at or above it), the records above it, the number of rows written, and the
+     * age of its oldest record above W (how long a published row has waited for W). */
     free(sql->keep_advance);
     sql->keep_advance = xasprintf(
         "WITH parts AS (SELECT l.objid::int8::int2 AS p FROM pg_locks l WHERE l.locktype = 'advisory'"
@@ -146,9 +147,10 @@ static void keep_sql_watermark(struct outbox_sql *sql, const struct keep_names *
         "  ON CONFLICT (lease_partition) DO UPDATE SET w = excluded.w, relay = excluded.relay,"
         "   updated_at = clock_timestamp() WHERE wm.w < excluded.w RETURNING lease_partition, w)"
         " SELECT nw.p, nw.w_new, CASE WHEN $7::bool THEN greatest(nw.w_new, nw.saved) ELSE nw.saved END,"
-        "  (SELECT count(*) FROM %s pb WHERE pb.lease_partition = nw.p AND pb.top > nw.w_new),"
-        "  (SELECT count(*) FROM up)"
-        " FROM nw",
+        "  r.n, (SELECT count(*) FROM up), r.age"
+        " FROM nw CROSS JOIN LATERAL (SELECT count(*) AS n,"
+        "  coalesce(extract(epoch FROM clock_timestamp() - min(pb.at)), 0) AS age FROM %s pb"
+        "  WHERE pb.lease_partition = nw.p AND pb.top > nw.w_new) r",
         OUTBOX_LEASE_PARTITIONS, k->wm, k->table_q, rec, park, k->wm, k->pub);
     free(rec);
     free(park);
@@ -411,6 +413,7 @@ static void advance_ok(struct relay *r, PGresult *res)
 {
     struct keep_state *k = &r->keep;
     long long records = 0;
+    double lag = 0;
     for (int i = 0; i < PQntuples(res); i++) {
         int p = (int)pg_int(PQgetvalue(res, i, KEEP_ADVANCE_PART));
         if (p < 0 || p >= OUTBOX_LEASE_PARTITIONS)
@@ -423,8 +426,12 @@ static void advance_ok(struct relay *r, PGresult *res)
         k->saved[p] = pg_int(PQgetvalue(res, i, KEEP_ADVANCE_SAVED));
         k->known |= bit;
         records += pg_int(PQgetvalue(res, i, KEEP_ADVANCE_RECORDS));
+        double age = atof(PQgetvalue(res, i, KEEP_ADVANCE_OLDEST_AGE));
+        if (age > lag)
+            lag = age;
     }
     r->m.keep_published_records = records;
+    r->m.keep_lag_seconds = lag;
 }
 
 static const struct worker_stmt advance_stmt = {.what = "advancing the watermark", .on_ok = advance_ok};

@@ -186,6 +186,11 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
                   "OUTBOX_ON_SENT=keep: records of rows published above the watermarks of the "
                   "partitions this relay holds (they wait for a row below them).",
                   (double)m->keep_published_records);
+    metrics_gauge(o, "outbox_watermark_lag_seconds",
+                  "OUTBOX_ON_SENT=keep: age of the oldest record of published rows above the watermark "
+                  "of a partition this relay holds, at the last advance (how long W has trailed what was "
+                  "published; 0 when W has caught up).",
+                  m->keep_lag_seconds);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",

@@ -44,6 +44,7 @@ struct metrics {
     uint64_t keep_refused_total;    /* keep mode: acknowledged rows a mark could not record (lease gone) */
     int64_t keep_published_records; /* keep mode: published records above the watermarks (held partitions) */
     int keep_blocked;               /* keep mode: the watermark's proof failed its check */
+    double keep_lag_seconds;        /* keep mode: age of the oldest record above a held W */
     int proof_blocked;              /* the identity's CACHE is not 1: the floors prove nothing */
     double proof_held_seconds;      /* how long the oldest candidate of the floors' proof waited */
     int64_t id_beyond_identity;     /* the highest claimed id beyond the identity's value, or 0 */
