@@ -388,9 +388,9 @@ check() {
         value="CASE WHEN payload IS NULL THEN '-' ELSE 'x' || encode($CHECK_VALUE, 'hex') END"
         set -- "$@" --values
     fi
-    "$PG_BIN/psql" -X -At -F $'\t' "$DSN" \
+    "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -F $'\t' "$DSN" \
         -c "SELECT id, event_id, aggregate_id, $value FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
-        >"$WORK/expected.tsv"
+        >"$WORK/expected.tsv" || { log "check: reading the expected rows failed"; return 2; }
     if [ "$SINK" = rabbitmq ]; then # the queue bound to every topic; --exact as Kafka's check
         local exact=
         [[ " $* " == *" --exact "* ]] && exact=--exact

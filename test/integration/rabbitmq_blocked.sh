@@ -37,6 +37,7 @@ rc=0
 stop_relay blocked || rc=$?
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 [ "$elapsed_ms" -le 5000 ] || fail "SIGTERM took $elapsed_ms ms while the broker blocks (shutdown timeout 3000 ms + 2 s)"
+[ "$rc" = 0 ] || fail "exit status $rc after the shutdown timeout while the broker blocks (want 0, as with Kafka: shutdown.sh)"
 log "SIGTERM while blocked: exit $rc after $elapsed_ms ms"
 unblock
 RELAY_ENV=()

@@ -136,9 +136,13 @@ static void load_expected(const char *path)
     size_t cap = 0;
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = 0;
-        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
-        if (!id || !ev || !key)
+        if (!line[0])
             continue;
+        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
+        if (!id || !ev || !key || atoll(id) <= 0) {
+            fprintf(stderr, "amqp-check: %s: a malformed line (want id, event_id, key, tab-separated)\n", path);
+            exit(2);
+        }
         if (n_rows == cap) {
             cap = cap ? cap * 2 : 1024;
             struct row *grown = realloc(rows, cap * sizeof(*rows));
@@ -149,6 +153,10 @@ static void load_expected(const char *path)
         rows[n_rows++] = (struct row){atoll(id), strdup(ev), strdup(key), 0};
     }
     fclose(f);
+    if (n_rows == 0) { /* a check against nothing would pass whatever the queue holds */
+        fprintf(stderr, "amqp-check: %s: no expected row\n", path);
+        exit(2);
+    }
 }
 
 static int by_event(const void *a, const void *b)
