@@ -12,6 +12,9 @@
 -- per call that finds it a candidate (a partition of 1,000,000 rows: about a second of the
 -- owner's function, every 10 s while it is held for this reason; nothing when it is held for
 -- another, checked first).
+-- Rows left SENT from mark mode (a table moved into keep mode keeps them) are not looked for.
+-- Under the outbox's ACCESS EXCLUSIVE lock (the drop's second look) the check is not run again:
+-- it was run before the lock, and writers wait for the lock meanwhile.
 -- Online: the function is replaced with the same signature; nothing else changes.
 CREATE OR REPLACE FUNCTION @SCHEMA@."@NAME@_partition_held"(part regclass)
 RETURNS boolean
@@ -26,11 +29,14 @@ BEGIN
                    ' OR EXISTS (SELECT 1 FROM %1$s o WHERE o.status = ''FAILED'')'
                    ' OR EXISTS (SELECT 1 FROM @SCHEMA@."@NAME@_parked" k, (SELECT min(id) AS lo, max(id) AS hi FROM %1$s) b'
                    '  WHERE k.id >= b.lo AND k.id <= b.hi)'
-                   ' OR EXISTS (SELECT 1 FROM (SELECT o.id, true AS row FROM %1$s o'
+                   ' OR (NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = ''relation'''
+                   '  AND l.relation = ''@TABLE@''::regclass AND l.pid = pg_backend_pid()'
+                   '  AND l.mode = ''AccessExclusiveLock'' AND l.granted)'
+                   '  AND EXISTS (SELECT 1 FROM (SELECT o.id, true AS row FROM %1$s o WHERE o.status = ''PENDING'''
                    '   UNION ALL SELECT i, false FROM @SCHEMA@."@NAME@_published" pb, unnest(pb.ids) i,'
                    '    (SELECT min(id) AS lo, max(id) AS hi FROM %1$s) b'
                    '   WHERE pb.top >= b.lo AND pb.low <= b.hi AND i >= b.lo AND i <= b.hi) u'
-                   '  GROUP BY u.id HAVING bool_and(u.row))', part) INTO held;
+                   '  GROUP BY u.id HAVING bool_and(u.row)))', part) INTO held;
     RETURN held;
 END
 $$;

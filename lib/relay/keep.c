@@ -237,27 +237,27 @@ static void keep_sql_monitor(struct outbox_sql *sql, const struct keep_names *k)
         k->wm, OUTBOX_LEASE_PARTITIONS - 1, k->table_q, rec, park, k->table_q, k->pub, k->table_q,
         k->parked);
     /* retention: rows at or below their partition's W, older than the retention, not parked,
-     * and named by a record of what was published. A row W passed that no record names was
-     * never published (a row planted below W, a restore, a broken proof): it is kept, and
-     * queued for publishing as the audit does (a requeued entry in the parked table, which
-     * the claim publishes), counted and named (the last two columns). */
+     * and, if PENDING (rows a table kept from mark mode are SENT), named by a record of what
+     * was published. A row W passed that no record names was never published (a row planted
+     * below W, a restore, a broken proof): it is kept, and counted and named (the last three
+     * columns: how many, their first ids, the highest) for the audit, which publishes it
+     * under the lease (this session holds none). */
     char *rec_w = recorded(k, "w.lease_partition", "w.id");
     free(sql->purge);
     sql->purge = xasprintf(
-        "WITH w AS (SELECT id, lease_partition, aggregate_id, created_at FROM %s WHERE id > $1::int8"
+        "WITH w AS (SELECT id, lease_partition, status, created_at FROM %s WHERE id > $1::int8"
         "  ORDER BY id LIMIT $2),"
-        " old AS (SELECT w.id, w.lease_partition, w.aggregate_id, %s AS rec FROM w JOIN %s wm"
+        " old AS (SELECT w.id, w.status <> 'PENDING' OR %s AS rec FROM w JOIN %s wm"
         "  ON wm.lease_partition = w.lease_partition"
         "  WHERE w.id <= wm.w AND w.created_at < clock_timestamp() - make_interval(secs => $3::int)"
         "   AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = w.id)),"
-        " held AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
-        "  SELECT id, lease_partition, aggregate_id, 0, 'at or below the watermark but never recorded as"
-        " published (retention kept it)', false FROM old WHERE NOT rec ON CONFLICT (id) DO NOTHING RETURNING id),"
+        " kept AS (SELECT id FROM old WHERE NOT rec),"
         " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM old WHERE rec) RETURNING 1)"
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
-        " (SELECT count(*) FROM w) - (SELECT count(*) FROM old WHERE rec), (SELECT count(*) FROM held),"
-        " (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM held ORDER BY id LIMIT 20) x)",
-        k->table_q, rec_w, k->wm, k->parked, k->parked, k->table_q);
+        " (SELECT count(*) FROM w) - (SELECT count(*) FROM old WHERE rec), (SELECT count(*) FROM kept),"
+        " (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM kept ORDER BY id LIMIT 20) x),"
+        " (SELECT coalesce(max(id), 0) FROM kept)",
+        k->table_q, rec_w, k->wm, k->parked, k->table_q);
     free(rec_w);
     /* parked entries whose row is not in the table (deleted or dropped by hand; retention
      * never takes a parked row): nothing is left to publish, and they would count as parked

@@ -39,6 +39,7 @@ struct monitor {
     int partitions_failed_logged;
     long long purge_after_id;
     long long purge_cycle_deleted;
+    long long purge_kept_high; /* keep mode: the highest unrecorded row retention kept and named */
     int long_tx_reported_pid;
     char long_tx_reported_xid[24];
     /* the oldest xmin holder seen (kind, name, xmin) and since when it holds that xmin */
@@ -219,13 +220,16 @@ static void purge_done(void *ctx, PGresult *res)
     long long deleted = (long long)num(res, 0);
     long long max_seen = (long long)num(res, 1);
     long long live = (long long)num(res, 2);
-    if (PQnfields(res) > 4 && num(res, 3) > 0) { /* keep mode: rows W passed, never published */
+    /* keep mode: rows W passed that no record names, kept; counted and named once each (a
+     * later cycle finds them again until the audit has published them) */
+    if (PQnfields(res) > 5 && num(res, 3) > 0 && (long long)num(res, 5) > mon->purge_kept_high) {
         mon->m->keep_gaps_total += (uint64_t)num(res, 3);
         log_error("keep: retention kept %lld rows at or below their watermark that were never recorded as "
-                  "published (ids %s%s) and queued them for publishing. A row inserted with an id below the "
-                  "watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a broken proof; see "
+                  "published (ids %s%s); the watermark's audit publishes them. A row inserted with an id below "
+                  "the watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a broken proof; see "
                   "docs/OUTBOX-TABLE.md, Keep", (long long)num(res, 3), PQgetvalue(res, 0, 4),
                   num(res, 3) > 20 ? ", ..." : "");
+        mon->purge_kept_high = (long long)num(res, 5);
     }
     PQclear(res);
     mon->m->retention_deleted_total += (uint64_t)deleted;
@@ -350,12 +354,14 @@ static void next(struct monitor *mon)
         mon->partitions_due = 0;
         char secs[16];
         snprintf(secs, sizeof(secs), "%d", mon->cfg->retention_seconds);
-        const char *params[1] = {mon->cfg->retention_seconds > 0 ? secs : NULL};
+        /* no drop while keep mode's premises fail their check (a rewound sequence): a
+         * record may then name an id a new row got again */
+        const char *params[1] = {mon->cfg->retention_seconds > 0 && !mon->m->keep_blocked ? secs : NULL};
         if (pgconn_query(mon->conn, mon->sql->partitions, 1, params, partitions_done, mon) == 0)
             mon->step = STEP_PARTITIONS;
         return;
     }
-    if (mon->purge_due && mon->cfg->retention_seconds > 0) {
+    if (mon->purge_due && mon->cfg->retention_seconds > 0 && !mon->m->keep_blocked) {
         mon->purge_due = 0;
         char after[24], window[16], secs[16];
         snprintf(after, sizeof(after), "%lld", mon->purge_after_id);

@@ -338,7 +338,9 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
      * its id, until its transaction ends; an INSERT straight into a partition locks that
      * partition alone; readers hold only ACCESS SHARE), read after the identity's last value
      * (the outer side of the join is read first; NULL when this role may not read the
-     * sequence) and its CACHE (ids drawn in time order only with 1); the oldest of the writers in $1 (those holding the oldest candidate back,
+     * sequence) and its CACHE (ids drawn in time order only with 1; ALTER SEQUENCE makes every
+     * session drop the ids it had drawn ahead, so CACHE 1 again is at once enough: proof_cache
+     * checks it); the oldest of the writers in $1 (those holding the oldest candidate back,
      * '{}' unless it waited long), named for the log; and the doorbell's requeue count
      * (schema 5: the probe runs only there), for requeues that no claim saw (a claim that
      * finds no row cannot tell). Prepared transactions have no pid. */
@@ -353,7 +355,7 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
         "  AND h.mode = 'RowExclusiveLock' ORDER BY a.xact_start NULLS FIRST LIMIT 1),"
         " (SELECT requeued FROM %s.\"%s_doorbell\"),"
         " s.last_value, s.cache"
-        " FROM (SELECT CASE WHEN has_sequence_privilege(q, 'SELECT') THEN coalesce(pg_sequence_last_value(q), 0)"
+        " FROM (SELECT CASE WHEN has_sequence_privilege(q, 'SELECT,USAGE') THEN coalesce(pg_sequence_last_value(q), 0)"
         "  END AS last_value, (SELECT seqcache FROM pg_sequence WHERE seqrelid = q::regclass) AS cache"
         "  FROM (SELECT pg_get_serial_sequence('%s', '%s') AS q) q OFFSET 0) s"
         " CROSS JOIN LATERAL (SELECT array_agg(DISTINCT l.virtualtransaction) AS writers"

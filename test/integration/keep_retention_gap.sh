@@ -2,8 +2,9 @@
 # OUTBOX_ON_SENT=keep: retention deletes only rows that a record of what was published names
 # (or parked for good). A row below its partition's watermark that no record names (planted
 # with OVERRIDING SYSTEM VALUE, as a broken writer rule or a restore would leave one) is
-# kept, named in the log, counted in outbox_watermark_gaps_total and published — with the
-# audit too slow to find it first (once a day here). Before, retention deleted it unpublished.
+# kept (cycle after cycle), named in the log and counted in outbox_watermark_gaps_total once,
+# with the audit too slow to find it first (once a day here); a relay with the audit on then
+# publishes it. Before, retention deleted it unpublished.
 . "$(dirname "$0")/lib.sh"
 [ "$ON_SENT" = keep ] || fail "run with RELAYTEST_ON_SENT=keep"
 setup_db
@@ -23,10 +24,18 @@ plant_below_w planted
 log "row $hole planted below W of lease partition $r"
 wait_until 30 "retention naming the planted row" grep -q "retention kept 1 rows at or below their watermark that were never recorded as published (ids $hole)" "$WORK/relay-main.log"
 wait_until 10 "the gap counted" metric_is main outbox_watermark_gaps_total 1
-wait_until 20 "the planted row published and its record made" eval '[ "$(psqlc "SELECT count(*) FROM outbox_parked WHERE id = '"$hole"'")" = 0 ]'
-sleep 3 # retention deletes it now that a record names it
+sleep 11 # another retention cycle: the row is kept again, and neither counted nor named twice
+[ "$(psqlc "SELECT count(*) FROM outbox WHERE id = $hole")" = 1 ] || fail "retention deleted row $hole, never published"
+[ "$(metric main outbox_watermark_gaps_total)" = 1 ] || fail "the kept row was counted again"
+[ "$(grep -c "retention kept" "$WORK/relay-main.log")" = 1 ] || fail "the kept row was named again"
 [ "$(metric main outbox_watermark_audits_total)" -le 4 ] || fail "the audit ran meanwhile: the test proves nothing of retention"
 stop_relay main || fail "relay exited with $? on SIGTERM"
+# the audit (under the lease) publishes it; retention then deletes it
+RELAY_ENV=(OUTBOX_RETENTION=1s OUTBOX_WATERMARK_AUDIT_MS=640)
+start_relay audit >/dev/null
+wait_until 30 "the audit publishing row $hole" metric_at_least audit outbox_watermark_gaps_total 1
+wait_until 30 "row $hole published" eval '[ "$(psqlc "SELECT count(*) FROM outbox_parked WHERE id = '"$hole"'")" = 0 ]'
+stop_relay audit || fail "relay exited with $? on SIGTERM"
 "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id, '-' FROM inserted ORDER BY id" \
     >"$WORK/expected.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$TOPIC_PREFIX.order" --expected "$WORK/expected.tsv" \

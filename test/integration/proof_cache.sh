@@ -6,7 +6,9 @@
 # runs: the next probe notices, the log names it, outbox_proof_blocked is 1, claims read
 # from the bottom, and every row is published at once, each key's rows in order (each
 # writer session writes keys of its own, so id order is each key's commit order); CACHE 1
-# again, and the floors move on.
+# again, and the floors move on at once — which rests on ALTER SEQUENCE making every session
+# drop the ids it drew ahead: a pooled session that drew a block under CACHE 20 and stays
+# open gets, for its next row, an id above every row published meanwhile (checked).
 . "$(dirname "$0")/lib.sh"
 [ "$LAYOUT" = native ] || fail "run in the native layout"
 setup_db
@@ -28,8 +30,26 @@ wait_until 10 "every row SENT soon after the writers" all_sent
 metric_is main outbox_proof_blocked 1 || fail "outbox_proof_blocked is not 1 with CACHE 20"
 grep -q "proof: claims read every lease partition from the bottom.*CACHE 20" "$WORK/relay-main.log" ||
     fail "no log line names CACHE 20"
+# a pooled connection draws a block of ids while CACHE is 20 and stays open
+mkfifo "$WORK/pooled.in"
+"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN application_name=pooled" <"$WORK/pooled.in" >"$WORK/pooled.out" 2>&1 &
+pooled=$!
+exec 8>"$WORK/pooled.in"
+echo "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'pooled', 'E1', '{}');" >&8
+wait_until 5 "the pooled session's first row" rows_are 1 "aggregate_id = 'pooled'"
 psqlc "ALTER SEQUENCE outbox_id_seq CACHE 1"
+writers 2 100 20 order
+wait_until 30 "the rows after CACHE 1 SENT" all_sent
 wait_until 5 "the proof going again" metric_is main outbox_proof_blocked 0
+# what lets the proof go on at once: ALTER SEQUENCE made the pooled session drop the ids it
+# had drawn ahead, so its next row gets an id above every row published meanwhile
+echo "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'pooled', 'E2', '{}');" >&8
+wait_until 5 "the pooled session's second row" rows_are 2 "aggregate_id = 'pooled'"
+[ "$(psqlc "SELECT max(id) FROM outbox WHERE aggregate_id = 'pooled'")" = "$(psqlc "SELECT max(id) FROM outbox")" ] ||
+    fail "a session kept ids it drew ahead under CACHE 20 after CACHE 1: the proof may not go on at once"
+wait_until 10 "the pooled session's row SENT" all_sent
+exec 8>&-
+wait "$pooled" || { cat "$WORK/pooled.out"; fail "the pooled session failed"; }
 writers 2 100 20 order
 wait_until 30 "the rows after it SENT" all_sent
 stop_relay main || fail "relay exited with $? on SIGTERM"
