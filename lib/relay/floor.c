@@ -102,7 +102,8 @@ void floors_probe_result(struct floors *f, int64_t claimed_high, const char *wri
     char **now = NULL;
     int nnow = parse_writers(writers, &now);
     /* what may enter the proof: no id beyond the identity's value at the previous probe
-     * (read before this probe's locks); none before the first probe told it */
+     * (read by an earlier statement of this session, so before this probe's locks); none
+     * before the first probe told it */
     int64_t high = claimed_high < f->identity ? claimed_high : f->identity;
     f->identity = identity < 0 ? INT64_MAX : identity;
     /* each waiting candidate keeps only its writers still writing; those left with none

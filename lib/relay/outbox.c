@@ -337,7 +337,8 @@ static void sql_checks(struct outbox_sql *sql, const struct config *cfg, const s
      * any of its partitions (every INSERT takes it on the relation it names before drawing
      * its id, until its transaction ends; an INSERT straight into a partition locks that
      * partition alone; readers hold only ACCESS SHARE), read after the identity's last value
-     * (the outer side of the join is read first; NULL when this role may not read the
+     * (the proof uses the value of the probe before, read before this probe started, so the
+     * order of the reads within the statement does not matter; NULL when this role may not read the
      * sequence) and its CACHE (ids drawn in time order only with 1; ALTER SEQUENCE makes every
      * session drop the ids it had drawn ahead, so CACHE 1 again is at once enough: proof_cache
      * checks it); the oldest of the writers in $1 (those holding the oldest candidate back,
