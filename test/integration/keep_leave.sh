@@ -36,11 +36,18 @@ plant_below_w planted
 
 # a late row: its writer holds the id open through the stop and the step, so its partition's
 # W stays below it while later rows are recorded above W (the step's second kind of SENT)
-"$PG_BIN/psql" -X -q -At "$DSN" -c "BEGIN" \
+"$PG_BIN/psql" -X -q -At "$DSN application_name=late_writer" -c "BEGIN" \
     -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'late', 'E', '{}')" \
     -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null &
 late_writer=$!
-sleep 1.5
+# later rows of the late row's partition, published and recorded above its W (the writers
+# above may have ended by now: in a fresh-clone CI run they had, and nothing was recorded
+# above any W, so the step's second kind of SENT went untested and the check below failed)
+wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''late_writer'\'' AND backend_xid IS NOT NULL")" = 1 ]'
+lp=$(part_of late)
+for k in $(keys_in "$lp" 3); do ins_key "$k" >/dev/null; done
+wait_until 10 "rows of the late row's partition recorded above its W" eval \
+    '[ "$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = '"$lp"' AND top > $(w_of "$lp")")" -ge 1 ]'
 stop_relay main || fail "the keep relay exited with $? on SIGTERM"
 # the requeued row: PENDING again below W (W passed it while it was parked), not yet published
 [ "$requeued" -le "$(w_of "$(part_of p-requeue)")" ] || fail "W never passed the parked row $requeued"
