@@ -49,16 +49,7 @@ marked() { metric_at "http://127.0.0.1:$http_port/metrics" outbox_marked_total; 
 # snapshot (polled every 20 ms, for at most 0.8 s) and reads the sequence right after it:
 # pending is then overstated by the poll and the read (tens of ms of writes), never
 # understated.
-fresh_marked() {
-    local m0 m
-    m0=$(marked) m=$m0
-    for _ in $(seq 1 40); do
-        sleep 0.02
-        m=$(marked)
-        [ "$m" != "$m0" ] && break
-    done
-    echo "$m"
-}
+fresh_marked() { common_fresh_metric "http://127.0.0.1:$http_port/metrics" outbox_marked_total; }
 
 say "writers at $rate events/s for $seconds s; a REPEATABLE READ transaction opens at 10 s"
 # writers commit with synchronous_commit=off (as bench/bench.sh's): the rate is then the

@@ -61,16 +61,7 @@ for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/n
 m_at() { metric_at "http://127.0.0.1:$http_port/metrics" "$1"; }
 # a sample waits for a fresh metrics snapshot (rendered every 0.5 s) and reads the sequence
 # right after it (bench/longtx.sh says why)
-fresh_marked() {
-    local m0 m
-    m0=$(m_at outbox_marked_total) m=$m0
-    for _ in $(seq 1 40); do
-        sleep 0.02
-        m=$(m_at outbox_marked_total)
-        [ "$m" != "$m0" ] && break
-    done
-    echo "$m"
-}
+fresh_marked() { common_fresh_metric "http://127.0.0.1:$http_port/metrics" outbox_marked_total; }
 
 say "fast writers at $rate events/s and $writers slow writers of $tx_ms ms for $seconds s, $on_sent mode, reader $reader"
 PGOPTIONS="-c synchronous_commit=off" "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 4 -j 1 -R "$rate" \

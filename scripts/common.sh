@@ -98,6 +98,21 @@ COMMIT;
 SQL
 }
 
+# common_fresh_metric URL NAME: NAME from a fresh /metrics snapshot (the relay renders one
+# every 0.5 s: read at a random moment a counter lags by up to half a second). Waits for the
+# value to change (polled every 20 ms, at most 0.8 s), so what is read right after it is
+# compared with a snapshot tens of ms old.
+common_fresh_metric() {
+    local m0 m
+    m0=$(metric_at "$1" "$2") m=$m0
+    for _ in $(seq 1 40); do
+        sleep 0.02
+        m=$(metric_at "$1" "$2")
+        [ "$m" != "$m0" ] && break
+    done
+    echo "$m"
+}
+
 metric_at() {
     local body value
     body=$(curl -sf "$1") || { echo "metric_at: scraping $1 failed" >&2; return 1; }

@@ -403,7 +403,6 @@ static int probe_premises(struct relay *r, PGresult *res, int64_t identity)
         floors_forget_proof(&c->floors);
         if (r->cfg->keep)
             r->keep.check_due_ms = 0; /* keep's own check (it stops W) runs next */
-        c->floors.identity = 0; /* still nothing proven after the next probe */
         if (cache == 1)
             r->m.proof_blocked = 0; /* a rewind is seen once: the proof starts over from here */
         return 0;

@@ -410,6 +410,25 @@ check() {
     return $rc
 }
 
+# track_inserts: every row ever inserted into outbox is noted in the table `inserted` (a
+# trigger), so that check_inserted can compare Kafka with rows retention or a drop took since.
+track_inserts() {
+    psqlc "CREATE TABLE inserted (id bigint, event_id text, aggregate_id text);
+           CREATE FUNCTION note_insert() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+             SET search_path = pg_catalog, public AS \$\$
+           BEGIN INSERT INTO inserted VALUES (NEW.id, NEW.event_id, NEW.aggregate_id); RETURN NULL; END \$\$;
+           CREATE TRIGGER note_insert AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION note_insert()"
+}
+# check_inserted TOPICS: every row track_inserts noted is in Kafka exactly once, in key order.
+check_inserted() {
+    "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -F $'\t' "$DSN" \
+        -c "SELECT id, event_id, aggregate_id, '-' FROM inserted ORDER BY id" >"$WORK/expected.tsv" ||
+        { log "check_inserted: reading the inserted rows failed"; return 2; }
+    "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$1" --expected "$WORK/expected.tsv" \
+        --id-header "$ID_HEADER" --exact >"$WORK/check.out" 2>"$WORK/check.err" ||
+        { cat "$WORK/check.out"; head "$WORK/check.err"; return 1; }
+}
+
 # start_mock ARGS...: librdkafka's mock cluster (test/tools/mock_kafka) with ARGS; commands
 # go to it with `mock COMMAND...`, which returns once the cluster has applied it (so a
 # slow command cannot delay the next ones unseen); sets BOOTSTRAP to its brokers.
