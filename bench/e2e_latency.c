@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/kafka.h"
+
 static volatile sig_atomic_t stop;
 static void on_signal(int s) { (void)s; stop = 1; }
 
@@ -49,24 +51,7 @@ int main(int argc, char **argv)
     rd_kafka_conf_set(conf, "fetch.wait.max.ms", "5", err, sizeof(err));
     rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "5", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-    int parts = 0;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    while (!stop && parts == 0) {
-        const struct rd_kafka_metadata *md;
-        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0) {
-            if (md->topic_cnt == 1 && !md->topics[0].err)
-                parts = md->topics[0].partition_cnt;
-            rd_kafka_metadata_destroy(md);
-        }
-        if (!parts)
-            usleep(200000);
-    }
-    rd_kafka_topic_destroy(rkt);
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(parts);
-    for (int p = 0; p < parts; p++)
-        rd_kafka_topic_partition_list_add(list, topic, p)->offset = RD_KAFKA_OFFSET_END;
-    rd_kafka_assign(rk, list);
-    rd_kafka_topic_partition_list_destroy(list);
+    int parts = kafka_wait_assign_all(rk, topic, RD_KAFKA_OFFSET_END, 200, &stop);
     fprintf(stderr, "e2e-latency: reading %s (%d partitions)\n", topic, parts);
     char needle[128];
     snprintf(needle, sizeof(needle), "\"%s\": ", field ? field : "");

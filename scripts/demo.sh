@@ -4,6 +4,8 @@
 # arriving in Kafka, and applies them once each to a billing database with outbox-inbox.
 # Ctrl-C stops everything cleanly and removes the servers.
 #   DEMO_SECONDS=N scripts/demo.sh   stops by itself after N seconds
+# If the relay, outbox-inbox or outbox-tail exits while the demo runs, the demo shows its last
+# lines and exits 1.
 #   scripts/demo.sh --broker rabbitmq
 #                                    the same with a throwaway RabbitMQ node instead of Kafka:
 #                                    the relay publishes to the exchange outbox, outbox-inbox
@@ -95,7 +97,12 @@ psql -X -q "$billing_dsn" -c "CREATE TABLE revenue (order_id text PRIMARY KEY, t
     CREATE FUNCTION book_order(event_id uuid, event_type text, key text, payload jsonb, headers jsonb)
     RETURNS void LANGUAGE sql AS 'INSERT INTO revenue VALUES (key, (payload->>''total'')::numeric)'"
 
-echo "== starting the relay (log: $workdir/relay.log)"
+# The HTTP endpoints on free ports (scripts/servers.sh), so that another program on the
+# defaults (9481, 9466) cannot make them fail at start; or where OUTBOX_HTTP_ADDR and
+# INBOX_HTTP_ADDR say.
+export OUTBOX_HTTP_ADDR=${OUTBOX_HTTP_ADDR:-127.0.0.1:$(free_ports 1)}
+export INBOX_HTTP_ADDR=${INBOX_HTTP_ADDR:-127.0.0.1:$(free_ports 1)}
+echo "== starting the relay (log: $workdir/relay.log; /metrics and /status on $OUTBOX_HTTP_ADDR)"
 ./build/outbox-relay >"$workdir/relay.log" 2>&1 &
 relay=$!
 
@@ -115,7 +122,7 @@ echo "== starting the demo writer: one order and its outbox row per transaction"
 ) &
 writer=$!
 
-echo "== starting outbox-inbox: each event applied once to billing (log: $workdir/inbox.log; /status on :9466)"
+echo "== starting outbox-inbox: each event applied once to billing (log: $workdir/inbox.log; /status on $INBOX_HTTP_ADDR)"
 env INBOX_PG_DSN="$billing_dsn" INBOX_KAFKA_BOOTSTRAP_SERVERS="$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" INBOX_TOPICS=outbox.event.order \
     INBOX_HANDLER=book_order "${inbox_source[@]}" ./build/outbox-inbox >"$workdir/inbox.log" 2>&1 &
 inbox=$!
@@ -128,10 +135,25 @@ else
     ./build/outbox-tail --bootstrap "$OUTBOX_KAFKA_BOOTSTRAP_SERVERS" --topic outbox.event.order --from-beginning &
 fi
 tail_pid=$!
-if [ -n "${DEMO_SECONDS:-}" ]; then
-    sleep "$DEMO_SECONDS"
-    echo "== rows by status: $(psql -X -At "$OUTBOX_PG_DSN" -c "SELECT string_agg(status || '=' || n, ' ') FROM (SELECT status, count(*) n FROM outbox GROUP BY 1) s")"
-else
-    wait "$tail_pid"
-fi
+
+# Until Ctrl-C or DEMO_SECONDS: if the relay, outbox-inbox or outbox-tail exits meanwhile, the
+# demo says which, with its last lines, and stops with status 1 (within half a second).
+deadline=$(( $(date +%s) + ${DEMO_SECONDS:-0} ))
+while [ -z "${DEMO_SECONDS:-}" ] || [ "$(date +%s)" -lt "$deadline" ]; do
+    for p in relay inbox tail_pid; do
+        kill -0 "${!p}" 2>/dev/null && continue
+        wait "${!p}" 2>/dev/null && status=0 || status=$?
+        case $p in
+        relay) what=outbox-relay log=$workdir/relay.log relay= ;;
+        inbox) what=outbox-inbox log=$workdir/inbox.log inbox= ;;
+        *) what=outbox-tail log= tail_pid= ;;
+        esac
+        echo
+        echo "== demo: $what exited (status $status) while the demo ran${log:+; its last lines ($log):}"
+        [ -z "$log" ] || tail -n 5 "$log"
+        finish failed 1
+    done
+    sleep 0.5
+done
+echo "== rows by status: $(psql -X -At "$OUTBOX_PG_DSN" -c "SELECT string_agg(status || '=' || n, ' ') FROM (SELECT status, count(*) n FROM outbox GROUP BY 1) s")"
 finish finished

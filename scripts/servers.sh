@@ -9,15 +9,29 @@ _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # free_ports N [BASE]: a port whose next N-1 ports are free too, below the kernel's
 # ephemeral range (32768-), where an outgoing connection could take one first: the first
 # such from BASE (stepping by 2), or from a random start in 22000-31998. The tests' and the
-# servers' one way to pick ports.
+# servers' one way to pick ports. Tests run side by side, and a port handed out is free
+# until its program listens: so each handed-out range is noted (under a lock, in
+# /tmp/outbox-ports.reserved) and not handed out again for an hour.
 free_ports() {
-    local n=$1 p=${2:-$((22000 + (RANDOM % 5000) * 2))} i ok
+    local n=$1 p=${2:-$((22000 + (RANDOM % 5000) * 2))} i ok now fd
+    local reserved=/tmp/outbox-ports.reserved
+    now=$(date +%s)
+    exec {fd}>>/tmp/outbox-ports.lock
+    flock "$fd"
+    touch "$reserved"
+    awk -v now="$now" '$3 > now - 3600' "$reserved" >"$reserved.new" && mv "$reserved.new" "$reserved"
     while :; do
         ok=1
         for ((i = 0; i < n; i++)); do
             if (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null; then ok=0; break; fi
         done
-        if [ "$ok" = 1 ] && [ $((p + n)) -le 32768 ]; then echo "$p"; return 0; fi
+        if [ "$ok" = 1 ] && awk -v lo="$p" -v hi=$((p + n - 1)) '$1 <= hi && $1 + $2 - 1 >= lo { f = 1 } END { exit f }' "$reserved" &&
+            [ $((p + n)) -le 32768 ]; then
+            echo "$p $n $now" >>"$reserved"
+            exec {fd}>&-
+            echo "$p"
+            return 0
+        fi
         p=$((p + 2))
         [ $((p + n)) -le 32768 ] || p=22000
     done

@@ -10,6 +10,8 @@
 # and prints "N passed, N failed". Exits non-zero on any failure.
 #   scripts/test.sh                      everything
 #   scripts/test.sh [meson test args]    only stage 1, e.g. --suite unit, or a test name
+# Stage 1 runs TEST_JOBS tests at a time (default 3; test/meson.build names those that run
+# alone).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -47,7 +49,7 @@ count() { # adds meson test's summary (in $summary) to the totals; skipped count
 }
 
 echo "== stage 1: ASan+UBSan build, unit and integration tests"
-meson test -C "$build" --print-errorlogs --num-processes 1 "$@" | tee "$summary"
+meson test -C "$build" --print-errorlogs --num-processes "${TEST_JOBS:-3}" "$@" | tee "$summary"
 count
 
 if [ $# -eq 0 ]; then

@@ -157,25 +157,8 @@ int main(int argc, char **argv)
         return 2;
     }
     /* Wait for the topic (the relay creates it with its first message). */
-    int partitions = 0;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    while (!stop && partitions == 0) {
-        const struct rd_kafka_metadata *md = NULL;
-        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0) {
-            if (md->topic_cnt == 1 && !md->topics[0].err)
-                partitions = md->topics[0].partition_cnt;
-            rd_kafka_metadata_destroy(md);
-        }
-        if (!partitions)
-            sleep(1);
-    }
-    rd_kafka_topic_destroy(rkt);
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
-    for (int p = 0; p < partitions; p++)
-        rd_kafka_topic_partition_list_add(list, topic, p)->offset =
-            from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_END;
-    rd_kafka_assign(rk, list);
-    rd_kafka_topic_partition_list_destroy(list);
+    int partitions = kafka_wait_assign_all(rk, topic, from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_END,
+                                           1000, &stop);
     fprintf(stderr, "outbox-tail: reading %s (%d partitions)\n", topic, partitions);
 
     while (!stop) {

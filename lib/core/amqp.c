@@ -126,8 +126,13 @@ amqp_connection_state_t rmq_connect(const char *url_in, const struct rmq_tls *tl
                                   info.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         rmq_reply_str(r, why, sizeof(why));
-        set_err(err, errlen, "logging in to %s:%d as '%s', vhost '%s': %s", info.host, info.port, info.user,
-                info.vhost, why);
+        /* A URL ending in '/' names the empty vhost (RabbitMQ's URI spec), not the default one:
+         * the broker's "vhost  not found" does not say so. */
+        set_err(err, errlen, "logging in to %s:%d as '%s', vhost '%s': %s%s", info.host, info.port, info.user,
+                info.vhost, why,
+                info.vhost[0] ? ""
+                              : " (the URL ends in '/', which names the empty vhost ''; for the default vhost '/' "
+                                "leave the path out, amqp://host:port, or write it as %2F, amqp://host:port/%2F)");
         goto fail;
     }
     amqp_channel_open(conn, 1);

@@ -4,8 +4,10 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
+#include "core/util.h"
 
 const char *kafka_auth_hint(const rd_kafka_conf_t *conf)
 {
@@ -94,6 +96,49 @@ int kafka_check_reachable(const struct kafka_prop *props, size_t n)
     }
     rd_kafka_destroy(rk);
     return rc;
+}
+
+int kafka_topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err, size_t errlen)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    if (!rkt) {
+        set_err(err, errlen, "topic %s: %s", topic, rd_kafka_err2str(rd_kafka_last_error()));
+        return -1;
+    }
+    const struct rd_kafka_metadata *md = NULL;
+    int n = -1;
+    rd_kafka_resp_err_t rc = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+    if (rc)
+        set_err(err, errlen, "topic %s: %s", topic, rd_kafka_err2str(rc));
+    else if (md->topic_cnt != 1 || md->topics[0].err)
+        set_err(err, errlen, "topic %s: %s", topic,
+                rd_kafka_err2str(md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+    else
+        n = md->topics[0].partition_cnt;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    return n;
+}
+
+int kafka_wait_assign_all(rd_kafka_t *rk, const char *topic, int64_t offset, int retry_ms,
+                          const volatile sig_atomic_t *stop)
+{
+    char err[256];
+    int n = 0;
+    while (!*stop && n <= 0) {
+        n = kafka_topic_partitions(rk, topic, 5000, err, sizeof(err));
+        if (n <= 0 && !*stop)
+            usleep((useconds_t)retry_ms * 1000);
+    }
+    if (n <= 0)
+        return 0;
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(list, topic, p)->offset = offset;
+    rd_kafka_assign(rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    return n;
 }
 
 rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,

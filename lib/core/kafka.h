@@ -4,7 +4,9 @@
 #define OUTBOX_CORE_KAFKA_H
 
 #include <librdkafka/rdkafka.h>
+#include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/settings.h"
 
@@ -26,6 +28,15 @@ void kafka_warn_old_scram(const rd_kafka_conf_t *conf);
  * partition's end. NULL with err on failure. */
 rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,
                              size_t errlen);
+/* The number of partitions of topic, from one metadata request (timeout_ms); -1 with err when
+ * the request fails or the broker does not know the topic. */
+int kafka_topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err, size_t errlen);
+/* The tools' way to read a whole topic without a consumer group's rebalance: waits until
+ * the topic exists (asking again every retry_ms; the relay creates it with its first message)
+ * or *stop is set, then assigns all its partitions at offset (RD_KAFKA_OFFSET_BEGINNING,
+ * _END, ...). The number of partitions, or 0 when stopped first. */
+int kafka_wait_assign_all(rd_kafka_t *rk, const char *topic, int64_t offset, int retry_ms,
+                          const volatile sig_atomic_t *stop);
 /* --check-config: reaches Kafka once with these properties (a metadata request, 10 s);
  * 0 when it answers, 1 otherwise; both logged. */
 int kafka_check_reachable(const struct kafka_prop *props, size_t n);

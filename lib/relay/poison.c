@@ -2,6 +2,7 @@
  * alone are counted as attempts, and at OUTBOX_MAX_ATTEMPTS (or at once when it can never
  * be published) it is parked as FAILED with its reason, copied to the dead-letter topic,
  * and, with the block policy, its key's later rows wait. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,29 @@ static void queue_update(struct relay *r, int64_t id, const char *reason, int co
     ps->updates[ps->n_updates++] = (struct row_update){id, xstrdup(reason), count_attempt};
 }
 
+static void dl_free(struct dead_letter *d)
+{
+    free(d->event_id);
+    free(d->event_type);
+    free(d->aggregate_type);
+    free(d->aggregate_id);
+    free(d->reason);
+    free(d->payload);
+}
+
 void poison_destroy(struct relay *r)
 {
-    for (size_t i = 0; i < r->poison.n_updates; i++)
-        free(r->poison.updates[i].reason);
-    free(r->poison.updates);
+    struct poison_state *ps = &r->poison;
+    ev_timer_stop(r->loop, &ps->dl_timer);
+    for (size_t i = 0; i < ps->n_updates; i++)
+        free(ps->updates[i].reason);
+    free(ps->updates);
+    if (ps->n_dl)
+        log_warn("relay: %zu dead-letter copies not acknowledged by the broker at exit (their rows stay "
+                 "FAILED with their reason; `outbox-relay status` lists them)", ps->n_dl);
+    for (size_t i = 0; i < ps->n_dl; i++)
+        dl_free(&ps->dl[i]);
+    free(ps->dl);
     free(r->claim.blocked_keys);
 }
 
@@ -56,35 +75,145 @@ int poison_key_blocked(const struct relay *r, const char *key)
     return 0;
 }
 
-/* Sends a parked row to the dead-letter topic (headers only when the payload is gone). */
-static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason)
+/* Dead-letter copies are kept until the broker acknowledges them: one that failed for a
+ * reason other than itself (a producer recreated after a fatal error purges its queue, a
+ * broker away) is sent again every second, at most DL_MAX_ATTEMPTS times. */
+#define DL_RETRY_S 1.0
+#define DL_MAX_ATTEMPTS 60
+#define DL_MAX_KEPT 1000
+
+static void dl_arm(struct relay *r)
 {
-    if (!r->cfg->dead_letter_topic[0])
-        return;
+    if (!ev_is_active(&r->poison.dl_timer)) {
+        ev_timer_set(&r->poison.dl_timer, DL_RETRY_S, 0.0);
+        ev_timer_start(r->loop, &r->poison.dl_timer);
+    }
+}
+
+static void dl_send(struct relay *r, struct dead_letter *d)
+{
     char id[24];
-    snprintf(id, sizeof(id), "%lld", (long long)row->id);
+    snprintf(id, sizeof(id), "%lld", (long long)d->id);
     struct message msg = {
         .topic = xstrdup(r->cfg->dead_letter_topic),
         .headers = {
-            {"event_id", row->event_id},
-            {"event_type", row->event_type ? row->event_type : ""},
-            {"aggregate_type", row->aggregate_type ? row->aggregate_type : ""},
-            {"outbox_error", reason},
+            {"event_id", d->event_id},
+            {"event_type", d->event_type},
+            {"aggregate_type", d->aggregate_type},
+            {"outbox_error", d->reason},
             {"outbox_id", id},
         },
         .n_headers = 5,
-        .event_id = row->event_id,
-        .event_type = row->event_type,
-        .created_ms = row->created_ms,
+        .event_id = d->event_id,
+        .event_type = d->event_type,
+        .created_ms = d->created_ms,
     };
+    int err = 0;
+    if (sink_produce(r->sink, &msg, d->aggregate_id, d->payload, d->payload_len, d->created_ms, -d->id, &err) ==
+        SINK_QUEUED) {
+        d->queued = 1;
+#ifdef OUTBOX_TEST_HOOKS
+        /* the copy queued, then purged by a fatal producer error before it left */
+        if (r->test_fatal_after_dead_letter > 0 && --r->test_fatal_after_dead_letter == 0) {
+            log_warn("test hook: injecting a fatal producer error after a dead-letter copy");
+            sink_test_fatal(r->sink);
+        }
+#endif
+    } else {
+        d->attempts++;
+        log_warn("relay: dead-letter copy of row %lld not sent: %s (trying again in %.0f s)", (long long)d->id,
+                 err ? sink_err_str(r->sink, err) : "the producer's queue is full", DL_RETRY_S);
+        dl_arm(r);
+    }
+    message_destroy(&msg);
+}
+
+static void dl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    struct poison_state *ps = &r->poison;
+    for (size_t i = 0; i < ps->n_dl; i++) {
+        struct dead_letter *d = &ps->dl[i];
+        if (!d->queued && d->attempts < DL_MAX_ATTEMPTS)
+            dl_send(r, d);
+    }
+}
+
+void poison_init(struct relay *r)
+{
+    ev_init(&r->poison.dl_timer, dl_timer_cb);
+    r->poison.dl_timer.data = r;
+}
+
+static void dl_remove(struct poison_state *ps, size_t i)
+{
+    dl_free(&ps->dl[i]);
+    memmove(&ps->dl[i], &ps->dl[i + 1], (ps->n_dl - i - 1) * sizeof(*ps->dl));
+    ps->n_dl--;
+}
+
+void poison_dead_letter_report(struct relay *r, int64_t id, int err)
+{
+    struct poison_state *ps = &r->poison;
+    size_t i = 0;
+    while (i < ps->n_dl && !(ps->dl[i].id == id && ps->dl[i].queued))
+        i++;
+    if (i == ps->n_dl) {
+        if (err)
+            log_warn("relay: dead-letter copy of row %lld failed: %s", (long long)id, sink_err_str(r->sink, err));
+        return;
+    }
+    struct dead_letter *d = &ps->dl[i];
+    d->queued = 0;
+    if (!err) {
+        dl_remove(ps, i);
+        return;
+    }
+    d->attempts++;
+    if (sink_classify(r->sink, err) == FAILURE_ROW || d->attempts >= DL_MAX_ATTEMPTS) {
+        log_error("relay: dead-letter copy of row %lld failed for good after %d attempt%s: %s (the row stays "
+                  "FAILED with its reason)", (long long)id, d->attempts, d->attempts == 1 ? "" : "s",
+                  sink_err_str(r->sink, err));
+        dl_remove(ps, i);
+        return;
+    }
+    log_warn("relay: dead-letter copy of row %lld failed: %s (trying again in %.0f s)", (long long)id,
+             sink_err_str(r->sink, err), DL_RETRY_S);
+    dl_arm(r);
+}
+
+/* Sends a parked row to the dead-letter topic (headers only when the payload is gone), and
+ * keeps it until the broker acknowledges it. */
+static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason)
+{
+    struct poison_state *ps = &r->poison;
+    if (!r->cfg->dead_letter_topic[0])
+        return;
+    if (ps->n_dl >= DL_MAX_KEPT) {
+        log_error("relay: dead-letter copy of row %lld not sent: %d copies await the broker's acknowledgement "
+                  "(the row stays FAILED with its reason)", (long long)row->id, DL_MAX_KEPT);
+        return;
+    }
     /* Only a payload that fits: the reason may be that it is too large. */
     int with_payload = row->payload && row->payload_len < 512 * 1024;
-    int err;
-    if (sink_produce(r->sink, &msg, row->aggregate_id, with_payload ? row->payload : NULL,
-                     with_payload ? row->payload_len : 0, row->created_ms, -row->id, &err) != SINK_QUEUED)
-        log_warn("relay: dead-letter copy of row %lld not sent: %s", (long long)row->id,
-                 err ? sink_err_str(r->sink, err) : "the producer's queue is full");
-    message_destroy(&msg);
+    ps->dl = xrealloc(ps->dl, (ps->n_dl + 1) * sizeof(*ps->dl));
+    struct dead_letter *d = &ps->dl[ps->n_dl++];
+    *d = (struct dead_letter){
+        .id = row->id,
+        .event_id = xstrdup(row->event_id),
+        .event_type = xstrdup(row->event_type ? row->event_type : ""),
+        .aggregate_type = xstrdup(row->aggregate_type ? row->aggregate_type : ""),
+        .aggregate_id = xstrdup(row->aggregate_id),
+        .reason = xstrdup(reason),
+        .payload = with_payload ? xmalloc(row->payload_len + 1) : NULL,
+        .payload_len = with_payload ? row->payload_len : 0,
+        .created_ms = row->created_ms,
+    };
+    if (with_payload)
+        memcpy(d->payload, row->payload, row->payload_len);
+    dl_send(r, d);
 }
 
 /* A row that can never be published: park it; with the block policy, hold the rest of

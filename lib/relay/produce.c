@@ -155,9 +155,7 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
 {
     struct relay *r = ctx;
     if (row_id < 0) { /* a dead-letter copy */
-        if (err)
-            log_warn("kafka: dead-letter copy of row %lld failed: %s", (long long)-row_id,
-                     sink_err_str(r->sink, err));
+        poison_dead_letter_report(r, -row_id, err);
         return;
     }
     struct inflight_row *row = window_find(&r->win, row_id);

@@ -199,6 +199,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     floors_init(&r->claim.floors);
     poll_init(r);
     reset_init(r);
+    poison_init(r);
     lease_init(r);
     status_init(r);
     ev_init(&r->retry_timer, retry_cb);
@@ -244,6 +245,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
     r->test_fatal_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER_DEAD_LETTER");
+    r->test_fatal_after_dead_letter = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_SEND_FAIL_AFTER");
     r->test_send_fail_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FLUSH_FAIL_AFTER");

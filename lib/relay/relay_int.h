@@ -93,9 +93,23 @@ struct row_update {
     int count_attempt; /* 1: attempts+1, parks at OUTBOX_MAX_ATTEMPTS; 0: park now */
 };
 
+/* A parked row's dead-letter copy, kept until the broker acknowledges it (poison.c). */
+struct dead_letter {
+    int64_t id;
+    char *event_id, *event_type, *aggregate_type, *aggregate_id, *reason;
+    char *payload; /* NULL: headers only */
+    size_t payload_len;
+    int64_t created_ms;
+    int queued;   /* handed to the sink, its report not yet served */
+    int attempts; /* sends that failed */
+};
+
 struct poison_state {
     struct row_update *updates; /* written before the next claim */
     size_t n_updates;
+    struct dead_letter *dl;     /* dead-letter copies not yet acknowledged */
+    size_t n_dl;
+    ev_timer dl_timer;          /* sends the failed ones again */
 };
 
 /* keep.c: OUTBOX_ON_SENT=keep's watermark. */
@@ -215,6 +229,7 @@ struct relay {
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
     long long test_fatal_after;            /* raise a fatal producer error after this many acks */
+    long long test_fatal_after_dead_letter; /* a fatal producer error once the Nth dead-letter copy is queued */
     long long test_send_fail_after;        /* once this many were acked, a worker send fails */
     long long test_flush_fail_after;       /* once this many were acked, a worker flush fails */
 #endif
@@ -270,6 +285,9 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
 int poison_key_blocked(const struct relay *r, const char *key);
 void poison_send_update(struct relay *r);
 void poison_destroy(struct relay *r);
+void poison_init(struct relay *r);
+/* A dead-letter copy's report (the sink's row id was -id). */
+void poison_dead_letter_report(struct relay *r, int64_t id, int err);
 
 /* reset.c */
 void reset_start(struct relay *r, const char *reason);

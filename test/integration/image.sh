@@ -7,7 +7,9 @@
 # exit on SIGTERM. The image is the one the *_image tests run (one build per source tree).
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || fail "building and running the image needs root (buildah, mounts, chroot)"
-IMAGE_REUSE=1 bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$(image_tag)" >"$WORK/image.out" 2>"$WORK/image.err" ||
+# (the image tests running beside this one wait for its build, and reuse it)
+IMAGE_REUSE=1 flock /tmp/outbox-it-image.lock bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$(image_tag)" \
+    >"$WORK/image.out" 2>"$WORK/image.err" ||
     { cat "$WORK/image.err"; fail "deploy/image.sh failed"; }
 cat "$WORK/image.out"
 tag=$(awk '/^IMAGE / { print $2 }' "$WORK/image.out")

@@ -43,7 +43,7 @@ late_writer=$!
 # later rows of the late row's partition, published and recorded above its W (the writers
 # above may have ended by now: in a fresh-clone CI run they had, and nothing was recorded
 # above any W, so the step's second kind of SENT went untested and the check below failed)
-wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''late_writer'\'' AND backend_xid IS NOT NULL")" = 1 ]'
+wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''late_writer'\'' AND datname = current_database() AND backend_xid IS NOT NULL")" = 1 ]'
 lp=$(part_of late)
 for k in $(keys_in "$lp" 3); do ins_key "$k" >/dev/null; done
 wait_until 10 "rows of the late row's partition recorded above its W" eval \

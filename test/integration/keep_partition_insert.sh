@@ -35,7 +35,7 @@ id_col="id, " id_val="nextval('outbox_id_seq'), "
     -c "INSERT INTO $part ($id_col$OUTBOX_COLS) VALUES (${id_val}'order', 'late', 'E1', '{}')" \
     -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null 2>"$WORK/direct.err" &
 writer=$!
-wait_until 5 "the direct writer's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''direct_writer'\'' AND backend_xid IS NOT NULL")" = 1 ]'
+wait_until 5 "the direct writer's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''direct_writer'\'' AND datname = current_database() AND backend_xid IS NOT NULL")" = 1 ]'
 late=$(psqlc "SELECT last_value FROM outbox_id_seq")
 [ "$(psqlc "SELECT count(*) FROM pg_locks WHERE relation = 'outbox'::regclass AND mode = 'RowExclusiveLock'")" = 0 ] ||
     fail "the direct writer locked the parent: this test proves nothing on this PostgreSQL"

@@ -15,8 +15,10 @@ per_writer=6250
 total=$((8 * per_writer))
 setup_db
 psqlc "CREATE TABLE kills (relay text, at timestamptz)"
+# each relay's role, named by the test's database (roles belong to the cluster, and the
+# variants of this test may run side by side)
 for u in r1 r2 r3; do
-    psqlc "CREATE ROLE $u LOGIN SUPERUSER" 2>/dev/null || true
+    psqlc "CREATE ROLE ${DB}_$u LOGIN SUPERUSER" 2>/dev/null || true
 done
 relay_as() { # name user: start a relay that logs in as its own role
     local name=$1 user=$2
@@ -30,9 +32,9 @@ relay_as() { # name user: start a relay that logs in as its own role
 held() { metric "$1" outbox_lease_partitions_held; }
 incarnation() { echo "$1/$(relay_pid "$1")"; }
 
-relay_as r1 r1
-relay_as r2 r2
-relay_as r3 r3
+relay_as r1 "${DB}_r1"
+relay_as r2 "${DB}_r2"
+relay_as r3 "${DB}_r3"
 balanced() { [ "$(held r1)" -ge 20 ] && [ "$(held r2)" -ge 20 ] && [ "$(held r3)" -ge 20 ]; }
 wait_until 30 "partitions balanced over 3 relays" balanced
 log "balanced: r1 $(held r1), r2 $(held r2), r3 $(held r3) partitions"
@@ -45,7 +47,7 @@ psqlc "INSERT INTO kills VALUES ('$r2_old', clock_timestamp())"
 kill_relay r2
 log "SIGKILLed $r2_old"
 sleep 1
-relay_as r2 r2
+relay_as r2 "${DB}_r2"
 wait_until 60 "half of the rows sent" rows_at_least $((total / 2)) "status = 'SENT'"
 stop_relay r3 || fail "r3 exited with $? on SIGTERM"
 log "SIGTERMed r3"
@@ -77,9 +79,9 @@ r1_inc=$(incarnation r1)
 writers 4 1000 1000 &
 wp=$!
 sleep 1
-psqlc "ALTER ROLE r1 NOLOGIN"
+psqlc "ALTER ROLE ${DB}_r1 NOLOGIN"
 psqlc "INSERT INTO kills VALUES ('cut:$r1_inc', clock_timestamp())"
-psqlc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'r1'" >/dev/null
+psqlc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '${DB}_r1'" >/dev/null
 log "cut $r1_inc off from PostgreSQL"
 moved() { [ "$(held r1)" = 0 ] && [ $(($(held r2) + 0)) -ge 60 ]; }
 wait_until 30 "r1's partitions moved to r2" moved
@@ -89,7 +91,7 @@ handover=$(psqlc "SELECT round(extract(epoch FROM max(publish_from) - (SELECT ma
 log "hand-over after pg_terminate_backend: partitions published by r2 after $handover s"
 awk -v t="$handover" 'BEGIN { exit !(t <= 6) }' || fail "hand-over took $handover s, more than the lease timeout"
 sleep 8
-psqlc "ALTER ROLE r1 LOGIN"
+psqlc "ALTER ROLE ${DB}_r1 LOGIN"
 wait "$wp" || fail "writers failed"
 wait_until 60 "rows written during the cut SENT" all_sent
 wait_until 30 "r1 rejoined" metric_at_least r1 outbox_lease_partitions_held 20

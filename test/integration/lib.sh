@@ -7,16 +7,20 @@ set -euo pipefail
 . "${RELAYTEST_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/scripts/common.sh"
 
 TEST_NAME=$(basename "$0" .sh)
+# RUN_NAME: the test's name in meson (RELAYTEST_NAME, e.g. flow_keep for flow.sh in keep mode).
+# Tests run two or three at a time, variants of one script among them: the database, the
+# work directory and the topic prefix are named by it, so no two runs share one.
+RUN_NAME=${RELAYTEST_NAME:-$TEST_NAME}
 : "${RELAYTEST_PG_PORT:?run through scripts/test.sh (PostgreSQL not started)}"
 : "${RELAYTEST_KAFKA_PORT:?run through scripts/test.sh (Kafka not started)}"
 BOOTSTRAP=127.0.0.1:$RELAYTEST_KAFKA_PORT
-DB=t_${TEST_NAME//-/_}
+DB=t_${RUN_NAME//-/_}
 DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$DB"
-WORK=$(mktemp -d "/tmp/outbox-it-$TEST_NAME.XXXXXX")
-TOPIC_PREFIX="it.$TEST_NAME.$(date +%s%N | cut -c1-13)"
+WORK=$(mktemp -d "/tmp/outbox-it-$RUN_NAME.XXXXXX")
+TOPIC_PREFIX="it.$RUN_NAME.$(date +%s%N | cut -c1-13)"
 RELAY_PIDS=()
 
-log() { printf '# [%s %s] %s\n' "$(date +%H:%M:%S)" "$TEST_NAME" "$*"; }
+log() { printf '# [%s %s] %s\n' "$(date +%H:%M:%S)" "$RUN_NAME" "$*"; }
 
 fail() {
     log "FAIL: $*"
@@ -76,9 +80,12 @@ image_tag() {
 # (test/env/image-run.sh), with the host's /tmp and /etc/hosts bound in as volumes.
 if [ -n "${RELAYTEST_IMAGE:-}" ]; then
     [ "$(id -u)" = 0 ] || fail "running the image's programs needs root (buildah, mounts, chroot)"
-    IMAGE_REUSE=1 bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$(image_tag)" >"$WORK/image.out" 2>"$WORK/image.err" ||
+    # (one build for all: the image tests running beside this one wait for it)
+    IMAGE_TAG=$(image_tag) # (once: the tree may change while the test runs)
+    IMAGE_REUSE=1 flock /tmp/outbox-it-image.lock bash "$RELAYTEST_SRC/deploy/image.sh" --tag "$IMAGE_TAG" \
+        >"$WORK/image.out" 2>"$WORK/image.err" ||
         { cat "$WORK/image.err"; fail "deploy/image.sh failed"; }
-    IMAGE_CTR=$(image_bh from --pull=never "$(image_tag)") || fail "buildah from $(image_tag) failed"
+    IMAGE_CTR=$(image_bh from --pull=never "$IMAGE_TAG") || fail "buildah from $IMAGE_TAG failed"
     IMAGE_ROOT=$(image_bh mount "$IMAGE_CTR") || fail "buildah mount failed"
     chmod 755 "$WORK" # user 10001 reads the test's files
     mkdir -p "$WORK/image-bin" "$WORK/image-mnt"
@@ -121,10 +128,13 @@ fresh_db() {
 # second half of setup_db, for tests that migrate their own way)
 db_fixtures() {
     psqlc "CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL DEFAULT 0)"
+    # (roles belong to the cluster: a test running beside this one may create them first)
     psqlc "DO \$\$ BEGIN
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_relay') THEN CREATE ROLE it_relay LOGIN; END IF;
+           EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END \$\$"
+    psqlc "DO \$\$ BEGIN
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'it_writer') THEN CREATE ROLE it_writer LOGIN; END IF;
-           END \$\$"
+           EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END \$\$"
     grant_roles outbox
     psqlc "GRANT SELECT, UPDATE ON aggregate TO it_writer"
     RELAY_USER=it_relay WRITER_USER=it_writer

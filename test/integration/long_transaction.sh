@@ -30,7 +30,7 @@ for next in next-1 next-2; do
     wait_until 10 "$next SENT while writer A is open" rows_are 1 "aggregate_id = '$next' AND status = 'SENT'"
     sleep 1.5 # the relay backs off to its poll interval and arms the doorbell again
 done
-[ "$(psqlc "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'writer_a'")" = t ] ||
+[ "$(psqlc "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'writer_a' AND datname = current_database()")" = t ] ||
     fail "writer A was not open any more: the check above proves nothing"
 wait "$open_writer" || true # terminated: its row is rolled back
 log "a writer that rang the doorbell and stayed open held neither the next writers nor the relay"

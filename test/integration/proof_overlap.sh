@@ -74,7 +74,7 @@ psqlc "INSERT INTO aggregate (id) VALUES ('late')"
     -c "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'late', 'Late', '{}')" \
     -c "SELECT pg_sleep(16)" -c "COMMIT" >/dev/null &
 late_writer=$!
-wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''late_writer'\'' AND backend_xid IS NOT NULL")" = 1 ]'
+wait_until 5 "the late row's id drawn" eval '[ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\''late_writer'\'' AND datname = current_database() AND backend_xid IS NOT NULL")" = 1 ]'
 late=$(psqlc "SELECT last_value FROM outbox_id_seq")
 # (the proof waits from the first probe after a claim that follows the writer's lock: a
 # busy session may start the wait a second or two late; the writer stays 16 s)

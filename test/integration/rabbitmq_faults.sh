@@ -12,7 +12,8 @@
 # - a row larger than OUTBOX_RABBITMQ_MAX_MESSAGE_BYTES is parked before publishing with that
 #   reason, and the rest of its key waits (block policy);
 # - --check-config: a good URL passes; a wrong password, a missing vhost and an exchange of
-#   another type each exit 1 with the broker's reason.
+#   another type each exit 1 with the broker's reason; a URL ending in '/' (the empty vhost)
+#   is refused with a message that says so and shows how to write the default vhost.
 . "$(dirname "$0")/lib.sh"
 [ "$SINK" = rabbitmq ] || fail "run with RELAYTEST_SINK=rabbitmq"
 rmq() { bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" "$@"; }
@@ -99,6 +100,8 @@ expect_refused() { # what grep-pattern env...
 }
 expect_refused "a wrong password" "ACCESS_REFUSED" OUTBOX_RABBITMQ_URL="amqp://guest:wrong@127.0.0.1:$port"
 expect_refused "a missing vhost" "vhost" OUTBOX_RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$port/nosuch"
+expect_refused "the empty vhost (a URL ending in /)" "the URL ends in '/', which names the empty vhost ''; for the default vhost '/' leave the path out" \
+    OUTBOX_RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$port/"
 "$RELAYTEST_AMQP_BIN" declare "$AMQP_URL" "$TOPIC_PREFIX.direct" direct || fail "declare failed"
 expect_refused "an exchange of another type" "exists with another type" OUTBOX_RABBITMQ_EXCHANGE="$TOPIC_PREFIX.direct"
 log "ok: $dups duplicates"

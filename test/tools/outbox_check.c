@@ -317,18 +317,14 @@ int main(int argc, char **argv)
     char *list = strdup(topics);
     long long total_to_read = 0;
     for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, t, NULL);
-        const struct rd_kafka_metadata *md = NULL;
-        rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, 10000);
-        if (err || md->topic_cnt != 1 || md->topics[0].err) {
-            fprintf(stderr, "outbox-check: topic %s: %s\n", t,
-                    rd_kafka_err2str(err ? err : md->topics[0].err));
+        int np = kafka_topic_partitions(rk, t, 10000, errstr, sizeof(errstr));
+        if (np < 0) {
+            fprintf(stderr, "outbox-check: %s\n", errstr);
             return 2;
         }
-        int np = md->topics[0].partition_cnt;
         for (int p = 0; p < np; p++) {
             int64_t lo, hi;
-            err = rd_kafka_query_watermark_offsets(rk, t, p, &lo, &hi, 10000);
+            rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(rk, t, p, &lo, &hi, 10000);
             if (err) {
                 fprintf(stderr, "outbox-check: watermarks %s/%d: %s\n", t, p, rd_kafka_err2str(err));
                 return 2;
@@ -345,8 +341,6 @@ int main(int argc, char **argv)
             }
         }
         fprintf(stderr, "outbox-check: topic %s has %d partitions\n", t, np);
-        rd_kafka_metadata_destroy(md);
-        rd_kafka_topic_destroy(rkt);
     }
     free(list);
 
