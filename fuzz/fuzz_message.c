@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "relay/config.h"
-#include "relay/message.h"
+#include "sink/message.h"
 #include "relay/outbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,7 +11,7 @@
 #include "core/http.h"
 #include "inbox/inbox.h"
 #include "inbox/inbox_config.h"
-#include "inbox/source_rabbitmq.h"
+#include "source/source_rabbitmq.h"
 #include "core/log.h"
 #include "core/kafka.h"
 
@@ -46,7 +46,9 @@ static int check_config(const struct inbox_config *cfg)
     }
     log_info("check-config: postgres reachable, %s and %s in place", cfg->table, cfg->handler);
     if (cfg->rabbitmq) {
-        if (source_rabbitmq_check(cfg, err, sizeof(err)) != 0) {
+        struct source_config src_cfg;
+        inbox_config_source(cfg, &src_cfg);
+        if (source_rabbitmq_check(&src_cfg, err, sizeof(err)) != 0) {
             log_error("check-config: rabbitmq: %s", err);
             return OUTBOX_EXIT_FAILED;
         }

@@ -8,13 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/admin.h"
-#include "relay/audit.h"
-#include "relay/replay.h"
+#include "admin/admin.h"
 #include "relay/config.h"
 #include "core/http.h"
 #include "core/log.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "relay/relay.h"
 #include "relay/schema.h"
 #include "core/kafka.h"
@@ -98,42 +96,15 @@ static PGconn *connect_blocking(const struct config *cfg)
     return pgconn_connect_blocking(cfg->pg_dsn, "outbox-relay", 1);
 }
 
-static int migrate(const struct config *cfg, const struct command *cmd)
+/* A one-shot command (admin_command_find) on one blocking connection: its exit status (a -1
+ * from the command is FAILED), or its unreachable status when PostgreSQL cannot be reached. */
+static int on_connection(const struct config *cfg, const struct command *cmd, const struct admin_command *c)
 {
     PGconn *conn = connect_blocking(cfg);
     if (!conn)
-        return OUTBOX_EXIT_FAILED;
+        return c->unreachable;
     char err[1024];
-    int applied = 0;
-    int rc = schema_migrate(conn, cfg->table, cfg->payload_type, cfg->debezium, &applied, err, sizeof(err));
-    if (rc == 0 && ((cmd->leave_keep && keep_leave(conn, cfg, err, sizeof(err)) != 0) ||
-                    (cmd->partition_ids && keep_partition(conn, cfg, cmd->partition_ids, err, sizeof(err)) != 0))) {
-        PQfinish(conn);
-        log_error("migrate: %s", err);
-        return OUTBOX_EXIT_FAILED;
-    }
-    PQfinish(conn);
-    if (rc != 0) {
-        log_error("migrate: %s", err);
-        return OUTBOX_EXIT_FAILED;
-    }
-    log_info("migrate: %s is at schema version %d (%d migration%s applied)", cfg->table,
-             schema_layout_version(cfg->debezium), applied, applied == 1 ? "" : "s");
-    return OUTBOX_EXIT_OK;
-}
-
-/* A command that works on one blocking connection: its exit status (a -1 from the command is
- * FAILED), or unreachable when PostgreSQL cannot be reached. */
-typedef int (*command_fn)(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out,
-                          char *err, size_t errlen);
-
-static int on_connection(const struct config *cfg, const struct command *cmd, command_fn fn, int unreachable)
-{
-    PGconn *conn = connect_blocking(cfg);
-    if (!conn)
-        return unreachable;
-    char err[1024];
-    int rc = fn(conn, cfg, cmd, stdout, err, sizeof(err));
+    int rc = c->run(conn, cfg, cmd, stdout, err, sizeof(err));
     PQfinish(conn);
     if (rc != 0)
         log_error("%s: %s", cmd->name, err);
@@ -154,7 +125,9 @@ static int check_config(const struct config *cfg)
     }
     if (cfg->rabbitmq) {
         char err[1024];
-        if (sink_rabbitmq_check(cfg, err, sizeof(err)) != 0) {
+        struct sink_config sink_cfg;
+        config_sink(cfg, &sink_cfg);
+        if (sink_rabbitmq_check(&sink_cfg, err, sizeof(err)) != 0) {
             log_error("check-config: rabbitmq: %s", err);
             reached = 0;
         } else {
@@ -190,20 +163,10 @@ int main(int argc, char **argv)
         log_setup(cfg.log_level, cfg.log_format);
         if (cmd.check_config)
             code = check_config(&cfg);
-        else if (strcmp(cmd.name, "migrate") == 0)
-            code = migrate(&cfg, &cmd);
-        else if (strcmp(cmd.name, "replay") == 0)
-            code = on_connection(&cfg, &cmd, replay_run, OUTBOX_EXIT_FAILED);
-        else if (strcmp(cmd.name, "audit") == 0) /* unreachable: it cannot tell */
-            code = on_connection(&cfg, &cmd, audit_run, OUTBOX_EXIT_USAGE);
+        else if (admin_command_find(cmd.name))
+            code = on_connection(&cfg, &cmd, admin_command_find(cmd.name));
         else if (strcmp(cmd.name, "healthcheck") == 0)
             code = http_healthcheck(cfg.http_addr, "OUTBOX_HTTP_ADDR");
-        else if (strcmp(cmd.name, "status") == 0)
-            code = on_connection(&cfg, &cmd, admin_status, OUTBOX_EXIT_FAILED);
-        else if (strcmp(cmd.name, "requeue") == 0)
-            code = on_connection(&cfg, &cmd, admin_requeue, OUTBOX_EXIT_FAILED);
-        else if (strcmp(cmd.name, "purge") == 0)
-            code = on_connection(&cfg, &cmd, admin_purge, OUTBOX_EXIT_FAILED);
         else {
             struct sigaction sa;
             memset(&sa, 0, sizeof(sa));

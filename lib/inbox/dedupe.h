@@ -4,7 +4,7 @@
 #define OUTBOX_INBOX_DEDUPE_H
 
 #include <jansson.h>
-#include "inbox/source.h"
+#include "source/source.h"
 
 #include "inbox/inbox_config.h"
 #include "core/util.h"

@@ -73,7 +73,8 @@ int inbox_run(const struct inbox_config *cfg, volatile sig_atomic_t *stop)
         goto out;
     }
     inbox_build_statements(ib);
-    if (!(ib->src = source_new(cfg, err, sizeof(err)))) {
+    inbox_config_source(cfg, &ib->src_cfg);
+    if (!(ib->src = source_new(&ib->src_cfg, err, sizeof(err)))) {
         log_error("%s", err);
         code = OUTBOX_EXIT_USAGE;
         goto out;

@@ -10,7 +10,7 @@
 
 #include "core/backoff.h"
 #include "inbox/dedupe.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 
 void inbox_incoming_init(struct incoming *in, const struct source_msg *m, const struct inbox_config *cfg)
 {

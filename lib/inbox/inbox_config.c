@@ -7,6 +7,7 @@
 
 #include "core/util.h"
 #include "core/amqp.h"
+#include "source/source.h"
 
 #define OFF(f) offsetof(struct inbox_config, f)
 
@@ -203,4 +204,24 @@ void inbox_config_print_help(FILE *out)
 void inbox_config_print_markdown(FILE *out)
 {
     settings_print_markdown(&spec, out);
+}
+
+void inbox_config_source(const struct inbox_config *cfg, struct source_config *out)
+{
+    *out = (struct source_config){
+        .rabbitmq = cfg->rabbitmq,
+        .name = cfg->name,
+        .topics = cfg->topics,
+        .dead_letter_topic = cfg->dead_letter_topic,
+        .event_id_header = cfg->event_id_header,
+        .batch_size = cfg->batch_size,
+        .retry_backoff_max_ms = cfg->retry_backoff_max_ms,
+        .kafka = cfg->kafka,
+        .n_kafka = cfg->n_kafka,
+        .rabbitmq_url = cfg->rabbitmq_url,
+        .rabbitmq_queues = cfg->rabbitmq_queues,
+        .rabbitmq_ca_file = cfg->rabbitmq_ca_file,
+        .rabbitmq_cert_file = cfg->rabbitmq_cert_file,
+        .rabbitmq_key_file = cfg->rabbitmq_key_file,
+    };
 }

@@ -60,6 +60,9 @@ struct inbox_config {
 int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **argv, char *err,
                       size_t errlen);
 void inbox_config_destroy(struct inbox_config *cfg);
+/* The source's own settings (source/source.h), borrowing cfg's strings: cfg must outlive out. */
+struct source_config;
+void inbox_config_source(const struct inbox_config *cfg, struct source_config *out);
 /* Whether a librdkafka property was set (INBOX_KAFKA_<NAME>). */
 int inbox_config_has_kafka(const struct inbox_config *cfg, const char *name);
 void inbox_config_print_help(FILE *out);

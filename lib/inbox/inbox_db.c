@@ -6,9 +6,7 @@
 #include "inbox/inbox_int.h"
 #include "core/log.h"
 #include "core/backoff.h"
-#include "relay/config.h"
-#include "relay/pgconn.h"
-#include "relay/schema.h"
+#include "pg/pgconn.h"
 
 PGconn *inbox_connect(const struct inbox_config *cfg)
 {

@@ -17,7 +17,7 @@
 
 #include "core/http.h"
 #include "inbox/inbox.h"
-#include "inbox/source.h"
+#include "source/source.h"
 #include "core/metrics.h"
 #include "core/util.h"
 
@@ -38,6 +38,7 @@ struct inbox {
     char *apply_sql, *fail_sql, *function, *retention_sql;
     int prepared; /* apply_sql is prepared on this connection */
     struct source *src;
+    struct source_config src_cfg; /* what the source was told (inbox_config_source) */
     struct http *http;
     int64_t last_publish, last_retention;
     long kill_after_commit; /* test builds: SIGKILL after the commit reaching this many messages */

@@ -6,7 +6,7 @@
 
 #include "inbox/inbox_int.h"
 #include "core/log.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 
 static const char *const result_names[] = {"applied", "duplicate", "dead_lettered", "failed"};
 

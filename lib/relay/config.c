@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "relay/config_int.h"
+#include "sink/sink.h"
 #include "core/dsn.h"
 #define OFF(field) offsetof(struct config, field)
 
@@ -415,4 +416,25 @@ void config_print_help(FILE *out)
 void config_print_markdown(FILE *out)
 {
     settings_print_markdown(&spec, out);
+}
+
+void config_sink(const struct config *cfg, struct sink_config *out)
+{
+    *out = (struct sink_config){
+        .rabbitmq = cfg->rabbitmq,
+        .relay_name = cfg->relay_name,
+        .max_inflight = cfg->max_inflight,
+        .max_inflight_bytes = cfg->max_inflight_bytes,
+        .reconnect_max_ms = cfg->reconnect_max_ms,
+        .kafka = cfg->kafka,
+        .n_kafka = cfg->n_kafka,
+        .rabbitmq_url = cfg->rabbitmq_url,
+        .rabbitmq_exchange = cfg->rabbitmq_exchange,
+        .rabbitmq_ca_file = cfg->rabbitmq_ca_file,
+        .rabbitmq_cert_file = cfg->rabbitmq_cert_file,
+        .rabbitmq_key_file = cfg->rabbitmq_key_file,
+        .rabbitmq_confirm_timeout_ms = cfg->rabbitmq_confirm_timeout_ms,
+        .rabbitmq_max_message_bytes = cfg->rabbitmq_max_message_bytes,
+        .rabbitmq_strict_key_order = cfg->rabbitmq_strict_key_order,
+    };
 }

@@ -86,6 +86,9 @@ struct command {
 int config_load(struct config *cfg, struct command *cmd, char **envp, int argc, char **argv,
                 char *err, size_t errlen);
 void config_destroy(struct config *cfg);
+/* The sink's own settings (sink/sink.h), borrowing cfg's strings: cfg must outlive out. */
+struct sink_config;
+void config_sink(const struct config *cfg, struct sink_config *out);
 void command_destroy(struct command *cmd);
 
 /* Validates a topic template: only {aggregate_type} and {event_type} placeholders,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "core/util.h"
 
 #define STATS_INTERVAL_S 5.0

@@ -209,7 +209,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
-    r->sink = sink_new(loop, cfg, &produce_sink_callbacks, r, err, errlen);
+    config_sink(cfg, &r->sink_cfg);
+    r->sink = sink_new(loop, &r->sink_cfg, &produce_sink_callbacks, r, err, errlen);
     if (!r->sink) {
         relay_free(r);
         return NULL;

@@ -20,12 +20,12 @@
 #include "core/http.h"
 #include "relay/kshare.h"
 #include "relay/lease.h"
-#include "relay/message.h"
+#include "sink/message.h"
 #include "relay/relay_metrics.h"
 #include "relay/monitor.h"
 #include "relay/outbox.h"
 #include "relay/pause.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "relay/relay.h"
 #include "sink/sink.h"
 #include "relay/window.h"
@@ -188,6 +188,7 @@ struct relay {
     struct pgconn *worker;
     struct pgconn *listener;
     struct sink *sink;
+    struct sink_config sink_cfg; /* what the sink was told (config_sink) */
     struct monitor *monitor;
     struct http *http;
     struct metrics m;

@@ -7,7 +7,7 @@
 
 #include "core/log.h"
 #include "relay/outbox.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "core/util.h"
 
 /* A row of outbox_relay_schema that is about table $1 (given with its schema). */
@@ -59,20 +59,6 @@ char *schema_rows_relation(const char *table, int debezium)
     free(table_q);
     free(name);
     return sb.buf;
-}
-
-void schema_names(const char *table, char **schema_q, char **table_q, char **name)
-{
-    const char *dot = strchr(table, '.');
-    char *schema = dot ? xstrndup(table, (size_t)(dot - table)) : xstrdup("public");
-    *name = xstrdup(dot ? dot + 1 : table);
-    struct strbuf sb;
-    strbuf_init(&sb);
-    strbuf_printf(&sb, "\"%s\"", schema);
-    *schema_q = xstrdup(sb.buf);
-    strbuf_printf(&sb, ".\"%s\"", *name);
-    *table_q = sb.buf;
-    free(schema);
 }
 
 /* The names a migration's placeholders stand for. */

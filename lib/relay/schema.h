@@ -6,6 +6,8 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
+#include "pg/pgutil.h" /* schema_names */
+
 /* The table layouts a migration applies to (OUTBOX_LAYOUT; tools/embed_sql.c). */
 #define SCHEMA_NATIVE 1
 #define SCHEMA_DEBEZIUM 2
@@ -30,8 +32,7 @@ int schema_layout_version(int debezium);
  * @NAME@ (the bare name), @PAYLOAD_TYPE@. Pure; caller frees. */
 char *schema_expand(const char *sql, const char *table, const char *payload_type);
 
-/* Splits "schema.name" (or "name", schema public) into quoted parts. Caller frees all three. */
-void schema_names(const char *table, char **schema_q, char **table_q, char **name);
+/* (schema_names, the table's quoted parts: pg/pgutil.h) */
 
 /* Applies missing migrations to the table, one at a time, serialised by a session advisory
  * lock, with lock_timeout and a pinned search_path; each in a transaction, with steps

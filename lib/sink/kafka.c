@@ -16,7 +16,7 @@
 struct kafka_sink {
     struct sink base; /* first: a struct sink * is a struct kafka_sink * */
     struct ev_loop *loop;
-    const struct config *cfg;
+    const struct sink_config *cfg;
     struct sink_callbacks cb;
     void *ctx;
     rd_kafka_t *rk;
@@ -249,7 +249,7 @@ static rd_kafka_t *make_producer(struct kafka_sink *sk, char *err, size_t errlen
     return rk;
 }
 
-struct sink *sink_kafka_new(struct ev_loop *loop, const struct config *cfg,
+struct sink *sink_kafka_new(struct ev_loop *loop, const struct sink_config *cfg,
                             const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen)
 {
     struct kafka_sink *sk = xcalloc(1, sizeof(*sk));

@@ -9,7 +9,7 @@
 
 /* Builds the producer from cfg->kafka over the defaults (idempotence, acks=all,
  * murmur2_random, gapless, no message timeout). */
-struct sink *sink_kafka_new(struct ev_loop *loop, const struct config *cfg,
+struct sink *sink_kafka_new(struct ev_loop *loop, const struct sink_config *cfg,
                             const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
 /* The partition of a key among count, as the producer partitions (murmur2_random: with a
  * key, the Java client's murmur2). */

@@ -77,7 +77,7 @@ struct key_slot {
 struct rabbitmq_sink {
     struct sink base; /* first */
     struct ev_loop *loop;
-    const struct config *cfg;
+    const struct sink_config *cfg;
     struct sink_callbacks cb;
     void *ctx;
     int to_thread[2], to_loop[2];
@@ -191,7 +191,7 @@ static int declare_exchange(amqp_connection_state_t conn, const char *exchange, 
 
 /* A connection logged in, with channel 1 open in confirm mode and the exchange there, or
  * NULL with err (the URL's password never in it). */
-static amqp_connection_state_t rmq_open(const struct config *cfg, char *err, size_t errlen)
+static amqp_connection_state_t rmq_open(const struct sink_config *cfg, char *err, size_t errlen)
 {
     amqp_table_entry_t caps[] = {capability("publisher_confirms"), capability("connection.blocked"),
                                  capability("authentication_failure_close")};
@@ -224,7 +224,7 @@ static amqp_connection_state_t rmq_open(const struct config *cfg, char *err, siz
     return conn;
 }
 
-int sink_rabbitmq_check(const struct config *cfg, char *err, size_t errlen)
+int sink_rabbitmq_check(const struct sink_config *cfg, char *err, size_t errlen)
 {
     amqp_connection_state_t conn = rmq_open(cfg, err, errlen);
     if (!conn)
@@ -268,7 +268,7 @@ static void add_header(amqp_table_entry_t *e, char **p, const char *name, const 
 }
 
 /* The message whole, in one allocation. */
-static struct job *job_new(const struct config *cfg, const struct message *msg, const char *key,
+static struct job *job_new(const struct sink_config *cfg, const struct message *msg, const char *key,
                            const char *value, size_t value_len, int64_t timestamp_ms, int64_t row_id)
 {
     size_t n_hdrs = msg->n_headers + (key ? 1 : 0);
@@ -802,7 +802,7 @@ static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
     serve(sk);
 }
 
-struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct config *cfg,
+struct sink *sink_rabbitmq_new(struct ev_loop *loop, const struct sink_config *cfg,
                                const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen)
 {
     struct rabbitmq_sink *sk = xcalloc(1, sizeof(*sk));

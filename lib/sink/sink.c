@@ -4,7 +4,7 @@
 #include "sink/kafka.h"
 #include "sink/rabbitmq.h"
 
-struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
+struct sink *sink_new(struct ev_loop *loop, const struct sink_config *cfg,
                       const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen)
 {
     if (cfg->rabbitmq)

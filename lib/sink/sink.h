@@ -13,8 +13,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "relay/config.h"
-#include "relay/message.h"
+#include "core/settings.h"
+#include "sink/message.h"
+
+/* What a sink is told (the relay fills one from its settings: config_sink in relay/config.h),
+ * as librdkafka's rd_kafka_new takes a conf of its own rather than its application's. The
+ * strings and the Kafka properties are borrowed. */
+struct sink_config {
+    int rabbitmq;           /* OUTBOX_SINK=rabbitmq: the RabbitMQ sink, else Kafka */
+    const char *relay_name; /* RabbitMQ: each message's app_id */
+    int max_inflight;       /* the relay's window: the sink's own queue holds this + 1000 */
+    int max_inflight_bytes;
+    int reconnect_max_ms;   /* RabbitMQ: the longest wait between connection attempts */
+    const struct kafka_prop *kafka; /* OUTBOX_KAFKA_* and --kafka */
+    size_t n_kafka;
+    const char *rabbitmq_url, *rabbitmq_exchange;
+    const char *rabbitmq_ca_file, *rabbitmq_cert_file, *rabbitmq_key_file;
+    int rabbitmq_confirm_timeout_ms;
+    int rabbitmq_max_message_bytes;
+    int rabbitmq_strict_key_order;
+};
 
 /* What a failure means to the relay, as counted in outbox_publish_failures_total{reason}. */
 enum failure_reason {
@@ -78,7 +96,7 @@ struct sink {
 };
 
 /* The sink cfg asks for (cfg is borrowed and must outlive it). NULL with err on failure. */
-struct sink *sink_new(struct ev_loop *loop, const struct config *cfg,
+struct sink *sink_new(struct ev_loop *loop, const struct sink_config *cfg,
                       const struct sink_callbacks *cb, void *ctx, char *err, size_t errlen);
 
 static inline void sink_free(struct sink *sk)

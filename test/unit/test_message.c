@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/message.h"
+#include "sink/message.h"
 #include "tap.h"
 
 static struct outbox_row base_row(void)

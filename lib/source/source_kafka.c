@@ -9,14 +9,13 @@
 #include "core/kafka.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "inbox/inbox_config.h"
-#include "inbox/source_kafka.h"
+#include "source/source_kafka.h"
 
 #define MAX_LAG_PARTS 512
 
 struct kafka_source {
     struct source base; /* first */
-    const struct inbox_config *cfg;
+    const struct source_config *cfg;
     rd_kafka_t *consumer, *producer;
     char *secrets_seen; /* the file-read Kafka settings when the clients were made, or NULL */
     int recreate;       /* an authentication failure after such a file changed */
@@ -25,6 +24,16 @@ struct kafka_source {
     int dlq_done; /* the dead letter in flight: its delivery report came, with dlq_err */
     rd_kafka_resp_err_t dlq_err;
 };
+
+
+/* Whether a librdkafka property was set (INBOX_KAFKA_<NAME>). */
+static int has_kafka(const struct source_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        if (strcmp(cfg->kafka[i].name, name) == 0)
+            return 1;
+    return 0;
+}
 
 static const struct source_ops kafka_ops;
 
@@ -125,9 +134,9 @@ static int make_clients(struct kafka_source *ks, char *err, size_t errlen)
         return -1;
     char kerr[512], group[300];
     snprintf(group, sizeof(group), "outbox-inbox.%s", ks->cfg->name);
-    if (!inbox_config_has_kafka(ks->cfg, "group.id"))
+    if (!has_kafka(ks->cfg, "group.id"))
         rd_kafka_conf_set(conf, "group.id", group, kerr, sizeof(kerr));
-    if (!inbox_config_has_kafka(ks->cfg, "auto.offset.reset")) /* a new group starts at the oldest message kept */
+    if (!has_kafka(ks->cfg, "auto.offset.reset")) /* a new group starts at the oldest message kept */
         rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", kerr, sizeof(kerr));
     /* commits carry only what was applied: offsets are stored by hand, after the commit */
     rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", kerr, sizeof(kerr));
@@ -322,7 +331,7 @@ static const struct source_ops kafka_ops = {
     .lags = k_lags,
 };
 
-struct source *source_kafka_new(const struct inbox_config *cfg, char *err, size_t errlen)
+struct source *source_kafka_new(const struct source_config *cfg, char *err, size_t errlen)
 {
     struct kafka_source *ks = xcalloc(1, sizeof(*ks));
     ks->base.ops = &kafka_ops;

@@ -44,4 +44,7 @@ void pg_bytes_free(struct pg_bytes *b);
  * 1 a real session, 0 pooled (why says what was seen), -1 not known (unreachable). */
 int pgconn_check_session(const char *dsn, char *why, size_t whylen);
 
+/* Splits "schema.name" (or "name", schema public) into quoted parts. Caller frees all three. */
+void schema_names(const char *table, char **schema_q, char **table_q, char **name);
+
 #endif

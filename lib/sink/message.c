@@ -1,5 +1,5 @@
 /* Row -> Kafka message mapping. */
-#include "relay/message.h"
+#include "sink/message.h"
 
 #include <ctype.h>
 #include <jansson.h>

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "relay/audit_int.h"
+#include "admin/audit_int.h"
 #include "core/log.h"
 
 static void iso_time(int64_t ms, char *buf, size_t len)

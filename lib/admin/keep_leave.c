@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/pgutil.h"
+#include "pg/pgutil.h"
 #include "core/util.h"
-#include "relay/admin.h"
+#include "admin/admin.h"
 #include "relay/outbox.h"
 #include "relay/schema.h"
 

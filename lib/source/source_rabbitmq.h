@@ -3,10 +3,10 @@
 #ifndef OUTBOX_INBOX_SOURCE_RABBITMQ_H
 #define OUTBOX_INBOX_SOURCE_RABBITMQ_H
 
-#include "inbox/source.h"
+#include "source/source.h"
 
-struct source *source_rabbitmq_new(const struct inbox_config *cfg, char *err, size_t errlen);
+struct source *source_rabbitmq_new(const struct source_config *cfg, char *err, size_t errlen);
 /* --check-config: logs in and finds every queue once. 0, or -1 with err. */
-int source_rabbitmq_check(const struct inbox_config *cfg, char *err, size_t errlen);
+int source_rabbitmq_check(const struct source_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -2,15 +2,15 @@
  * (host=a,b port=p1,p2) are walked by libpq; this file gives each host its own connect
  * timeout (libpq ignores connect_timeout in asynchronous mode) by starting the next attempt
  * at the host after the one that did not answer. */
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/backoff.h"
-#include "relay/config.h"
 #include "core/dsn.h"
+#include "core/settings.h"
 #include "core/log.h"
 #include "core/util.h"
 

@@ -19,5 +19,21 @@ int keep_leave(PGconn *conn, const struct config *cfg, char *err, size_t errlen)
  * range, IDS ids per partition (done already: the partitions ahead are checked). 0, or -1. */
 int keep_partition(PGconn *conn, const struct config *cfg, long long width, char *err, size_t errlen);
 int admin_purge(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen);
+/* migrate (commands.c): the schema's missing migrations, then --leave-keep or --partition
+ * when asked; logs the version reached. 0, or -1 with err. */
+int admin_migrate(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err,
+                  size_t errlen);
+
+/* The one-shot commands that work on one blocking connection (commands.c), as a table the
+ * program dispatches from. */
+typedef int (*admin_fn)(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err,
+                        size_t errlen);
+struct admin_command {
+    const char *name; /* as typed: "status" */
+    admin_fn run;     /* 0, -1 with err (exit FAILED), or an exit status of its own */
+    int unreachable;  /* the exit status when PostgreSQL cannot be reached */
+};
+/* The command called name, or NULL when it is none of these. */
+const struct admin_command *admin_command_find(const char *name);
 
 #endif

@@ -1,12 +1,12 @@
 /* outbox-relay status / requeue / purge. */
-#include "relay/admin.h"
+#include "admin/admin.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "relay/outbox.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "relay/schema.h"
 #include "core/util.h"
 

@@ -10,7 +10,7 @@
  * judges only rows marked SENT before it. Such a row was acknowledged by Kafka before the
  * start, so its message lies below the high watermarks read after the start. Rows marked
  * later, and PENDING rows, are counted but never called lost. */
-#include "relay/audit.h"
+#include "admin/audit.h"
 
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
@@ -20,13 +20,13 @@
 
 #include "core/log.h"
 #include "core/kafka.h"
-#include "relay/message.h"
+#include "sink/message.h"
 #include "relay/outbox.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "relay/schema.h"
 #include "core/util.h"
 
-#include "relay/audit_int.h"
+#include "admin/audit_int.h"
 
 static PGresult *exec(struct audit *a, const char *sql, int nparams, const char *const *params)
 {

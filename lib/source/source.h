@@ -4,13 +4,29 @@
  * and reports what it holds (assigned partitions, lag). The apply loop, the dedupe key and
  * the handler call know only this interface; each broker is one file behind it
  * (source_kafka.c). */
-#ifndef OUTBOX_INBOX_SOURCE_H
-#define OUTBOX_INBOX_SOURCE_H
+#ifndef OUTBOX_SOURCE_SOURCE_H
+#define OUTBOX_SOURCE_SOURCE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-struct inbox_config;
+#include "core/settings.h"
+
+/* What a source is told (outbox-inbox fills one from its settings: inbox_config_source in
+ * inbox/inbox_config.h). The strings and the Kafka properties are borrowed. */
+struct source_config {
+    int rabbitmq;                  /* INBOX_SOURCE=rabbitmq: the RabbitMQ source, else Kafka */
+    const char *name;              /* the inbox's name: the Kafka group outbox-inbox.<name> */
+    const char *topics;            /* Kafka: "a,b,c" or "^regex" */
+    const char *dead_letter_topic; /* "": none */
+    const char *event_id_header;   /* RabbitMQ: the header holding the event id, or "auto" */
+    int batch_size;                /* RabbitMQ: the prefetch is twice this */
+    int retry_backoff_max_ms;      /* RabbitMQ: the longest wait between connection attempts */
+    const struct kafka_prop *kafka; /* INBOX_KAFKA_* */
+    size_t n_kafka;
+    const char *rabbitmq_url, *rabbitmq_queues; /* queues: "a,b" */
+    const char *rabbitmq_ca_file, *rabbitmq_cert_file, *rabbitmq_key_file;
+};
 
 struct source_header {
     const char *name;
@@ -69,7 +85,7 @@ struct source {
 };
 
 /* The source cfg asks for (cfg borrowed). NULL with err on failure. */
-struct source *source_new(const struct inbox_config *cfg, char *err, size_t errlen);
+struct source *source_new(const struct source_config *cfg, char *err, size_t errlen);
 
 /* The last value of header name (NULL if absent or without a value), with its length. */
 const char *source_header_last(const struct source_msg *m, const char *name, size_t *len);

@@ -1,6 +1,6 @@
 /* PostgreSQL helpers shared by both programs (pgutil.h): result checks, error lines, the
  * blocking connect and exec, the pooler check, bytea payloads from hex. */
-#include "core/pgutil.h"
+#include "pg/pgutil.h"
 
 #include <poll.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 
 #include "core/dsn.h"
 #include "core/log.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "core/util.h"
 
 const char *pgconn_sqlstate(const PGresult *res)
@@ -199,4 +199,18 @@ void pg_bytes_free(struct pg_bytes *b)
     free(b->end);
     b->buf = NULL;
     b->end = NULL;
+}
+
+void schema_names(const char *table, char **schema_q, char **table_q, char **name)
+{
+    const char *dot = strchr(table, '.');
+    char *schema = dot ? xstrndup(table, (size_t)(dot - table)) : xstrdup("public");
+    *name = xstrdup(dot ? dot + 1 : table);
+    struct strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "\"%s\"", schema);
+    *schema_q = xstrdup(sb.buf);
+    strbuf_printf(&sb, ".\"%s\"", *name);
+    *table_q = sb.buf;
+    free(schema);
 }

@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/pgutil.h"
+#include "pg/pgutil.h"
 #include "core/util.h"
-#include "relay/admin.h"
+#include "admin/admin.h"
 #include "relay/schema.h"
 
 #define SWITCH_ATTEMPTS 30

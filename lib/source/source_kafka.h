@@ -3,10 +3,10 @@
 #ifndef OUTBOX_INBOX_SOURCE_KAFKA_H
 #define OUTBOX_INBOX_SOURCE_KAFKA_H
 
-#include "inbox/source.h"
+#include "source/source.h"
 
 /* Subscribes to cfg->topics in the group outbox-inbox.<INBOX_NAME> (or INBOX_KAFKA_GROUP_ID),
  * from the earliest offset kept for a new group. */
-struct source *source_kafka_new(const struct inbox_config *cfg, char *err, size_t errlen);
+struct source *source_kafka_new(const struct source_config *cfg, char *err, size_t errlen);
 
 #endif

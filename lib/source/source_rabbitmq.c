@@ -11,7 +11,7 @@
  * header aggregate_id, headers = the AMQP headers whose values are strings (longstr), and
  * message_id as the event id header when the message has no such header (publishers other
  * than this relay put the event id there). */
-#include "inbox/source_rabbitmq.h"
+#include "source/source_rabbitmq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +20,13 @@
 #include "core/amqp.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "inbox/inbox_config.h"
 
 #define MAX_QUEUES 32
 #define DEPTH_EVERY_MS 5000
 
 struct rabbitmq_source {
     struct source base; /* first */
-    const struct inbox_config *cfg;
+    const struct source_config *cfg;
     amqp_connection_state_t conn; /* consuming, channel 1 */
     amqp_connection_state_t aux;  /* dead letters (channel 1, confirm mode) and queue depths */
     unsigned gen;                 /* connections made: a message's tags belong to one */
@@ -52,7 +51,7 @@ struct rmq_msg {
 static const struct source_ops rabbitmq_ops;
 
 /* A connection logged in with channel 1 open, or NULL with err. */
-static amqp_connection_state_t open_conn(const struct inbox_config *cfg, char *err, size_t errlen)
+static amqp_connection_state_t open_conn(const struct source_config *cfg, char *err, size_t errlen)
 {
     const struct rmq_tls tls = {cfg->rabbitmq_ca_file, cfg->rabbitmq_cert_file, cfg->rabbitmq_key_file};
     return rmq_connect(cfg->rabbitmq_url, &tls, NULL, 30, 15, err, errlen);
@@ -148,7 +147,7 @@ static void refresh_depths(struct rabbitmq_source *rs)
     rs->n_lags = n;
 }
 
-static void header_strings(struct rmq_msg *rm, struct source_msg *sm, const struct inbox_config *cfg)
+static void header_strings(struct rmq_msg *rm, struct source_msg *sm, const struct source_config *cfg)
 {
     const amqp_basic_properties_t *p = &rm->env.message.properties;
     const amqp_table_t *t = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? &p->headers : NULL;
@@ -421,7 +420,7 @@ static const struct source_ops rabbitmq_ops = {
     .lags = r_lags,
 };
 
-struct source *source_rabbitmq_new(const struct inbox_config *cfg, char *err, size_t errlen)
+struct source *source_rabbitmq_new(const struct source_config *cfg, char *err, size_t errlen)
 {
     struct rabbitmq_source *rs = xcalloc(1, sizeof(*rs));
     rs->base.ops = &rabbitmq_ops;
@@ -441,7 +440,7 @@ struct source *source_rabbitmq_new(const struct inbox_config *cfg, char *err, si
     return &rs->base;
 }
 
-int source_rabbitmq_check(const struct inbox_config *cfg, char *err, size_t errlen)
+int source_rabbitmq_check(const struct source_config *cfg, char *err, size_t errlen)
 {
     struct rabbitmq_source *rs = (struct rabbitmq_source *)source_rabbitmq_new(cfg, err, errlen);
     if (!rs)

@@ -1,14 +1,13 @@
 /* Picking the source (INBOX_SOURCE: Kafka unless it says rabbitmq), and what every source's
  * messages share. */
-#include "inbox/source.h"
+#include "source/source.h"
 
 #include <string.h>
 
-#include "inbox/inbox_config.h"
-#include "inbox/source_kafka.h"
-#include "inbox/source_rabbitmq.h"
+#include "source/source_kafka.h"
+#include "source/source_rabbitmq.h"
 
-struct source *source_new(const struct inbox_config *cfg, char *err, size_t errlen)
+struct source *source_new(const struct source_config *cfg, char *err, size_t errlen)
 {
     if (cfg->rabbitmq)
         return source_rabbitmq_new(cfg, err, errlen);

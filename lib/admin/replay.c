@@ -3,7 +3,7 @@
  * settings: a duplicate-delivery drill for consumers. Rows are read through a cursor in id
  * order (bounded memory) and never changed. The relay's own lease header is not added: a
  * replay publishes under no lease. */
-#include "relay/replay.h"
+#include "admin/replay.h"
 
 #include <pwd.h>
 #include <stdlib.h>
@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "relay/message.h"
+#include "sink/message.h"
 #include "relay/outbox.h"
-#include "relay/pgconn.h"
+#include "pg/pgconn.h"
 #include "relay/schema.h"
 #include "sink/sink.h"
 #include "core/util.h"
@@ -28,6 +28,7 @@ struct replay {
     ev_tstamp last_report;
     struct ev_loop *loop; /* NULL on a dry run */
     struct sink *sk;
+    struct sink_config sink_cfg; /* what the sink was told (config_sink) */
     long long selected, first_id, last_id;
 };
 
@@ -244,7 +245,8 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     rc = -1;
     if (!cmd->dry_run) {
         rp.loop = ev_loop_new(EVFLAG_AUTO);
-        if (!(rp.sk = sink_new(rp.loop, cfg, &replay_callbacks, &rp, err, errlen)))
+        config_sink(cfg, &rp.sink_cfg);
+        if (!(rp.sk = sink_new(rp.loop, &rp.sink_cfg, &replay_callbacks, &rp, err, errlen)))
             goto out;
     }
     char ptype[128];

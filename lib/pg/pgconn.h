@@ -7,7 +7,7 @@
 #include <ev.h>
 #include <libpq-fe.h>
 
-#include "core/pgutil.h" /* the blocking helpers and result checks, shared by both programs */
+#include "pg/pgutil.h" /* the blocking helpers and result checks, shared by both programs */
 
 struct pgconn;
 
