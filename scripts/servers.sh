@@ -11,13 +11,13 @@ _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # such from BASE (stepping by 2), or from a random start in 22000-31998. The tests' and the
 # servers' one way to pick ports. Tests run side by side, and a port handed out is free
 # until its program listens: so each handed-out range is noted (under a lock, in
-# /tmp/outbox-ports.reserved) and not handed out again for an hour.
+# /tmp/outbox-ports.<uid>.reserved) and not handed out again for an hour.
 free_ports() {
     local n=$1 p=${2:-$((22000 + (RANDOM % 5000) * 2))} i ok now fd
-    local reserved=/tmp/outbox-ports.reserved
+    local reserved=/tmp/outbox-ports.$(id -u).reserved tries=0
     now=$(date +%s)
-    exec {fd}>>/tmp/outbox-ports.lock
-    flock "$fd"
+    exec {fd}>>"/tmp/outbox-ports.$(id -u).lock" || return 1
+    flock "$fd" || return 1
     touch "$reserved"
     awk -v now="$now" '$3 > now - 3600' "$reserved" >"$reserved.new" && mv "$reserved.new" "$reserved"
     while :; do
@@ -34,6 +34,12 @@ free_ports() {
         fi
         p=$((p + 2))
         [ $((p + n)) -le 32768 ] || p=22000
+        tries=$((tries + 1))
+        if [ "$tries" -gt 6000 ]; then # every port of 22000-32767 tried
+            exec {fd}>&-
+            echo "free_ports: no $n free ports below 32768" >&2
+            return 1
+        fi
     done
 }
 

@@ -90,8 +90,18 @@ static void dl_arm(struct relay *r)
     }
 }
 
-static void dl_send(struct relay *r, struct dead_letter *d)
+static void dl_remove(struct poison_state *ps, size_t i)
 {
+    dl_free(&ps->dl[i]);
+    memmove(&ps->dl[i], &ps->dl[i + 1], (ps->n_dl - i - 1) * sizeof(*ps->dl));
+    ps->n_dl--;
+}
+
+/* Hands copy i to the sink. 0 when it is queued or waits for the timer; -1 when it was
+ * given up and removed (the caller's index now names the next copy). */
+static int dl_send(struct relay *r, size_t i)
+{
+    struct dead_letter *d = &r->poison.dl[i];
     char id[24];
     snprintf(id, sizeof(id), "%lld", (long long)d->id);
     struct message msg = {
@@ -109,8 +119,10 @@ static void dl_send(struct relay *r, struct dead_letter *d)
         .created_ms = d->created_ms,
     };
     int err = 0;
-    if (sink_produce(r->sink, &msg, d->aggregate_id, d->payload, d->payload_len, d->created_ms, -d->id, &err) ==
-        SINK_QUEUED) {
+    enum sink_queued q =
+        sink_produce(r->sink, &msg, d->aggregate_id, d->payload, d->payload_len, d->created_ms, -d->id, &err);
+    message_destroy(&msg);
+    if (q == SINK_QUEUED) {
         d->queued = 1;
 #ifdef OUTBOX_TEST_HOOKS
         /* the copy queued, then purged by a fatal producer error before it left */
@@ -119,13 +131,28 @@ static void dl_send(struct relay *r, struct dead_letter *d)
             sink_test_fatal(r->sink);
         }
 #endif
-    } else {
-        d->attempts++;
-        log_warn("relay: dead-letter copy of row %lld not sent: %s (trying again in %.0f s)", (long long)d->id,
-                 err ? sink_err_str(r->sink, err) : "the producer's queue is full", DL_RETRY_S);
-        dl_arm(r);
+        return 0;
     }
-    message_destroy(&msg);
+    if (q == SINK_UNFIT && d->payload) { /* too large with its payload: the headers alone */
+        free(d->payload);
+        d->payload = NULL;
+        d->payload_len = 0;
+        return dl_send(r, i);
+    }
+    d->attempts++;
+    const char *why = q == SINK_UNFIT ? "the broker can never take it"
+                      : err           ? sink_err_str(r->sink, err)
+                                      : "the producer's queue is full";
+    if (q == SINK_UNFIT || d->attempts >= DL_MAX_ATTEMPTS) {
+        log_error("relay: dead-letter copy of row %lld not sent, for good after %d attempt%s: %s (the row stays "
+                  "FAILED with its reason)", (long long)d->id, d->attempts, d->attempts == 1 ? "" : "s", why);
+        dl_remove(&r->poison, i);
+        return -1;
+    }
+    log_warn("relay: dead-letter copy of row %lld not sent: %s (trying again in %.0f s)", (long long)d->id, why,
+             DL_RETRY_S);
+    dl_arm(r);
+    return 0;
 }
 
 static void dl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -134,10 +161,9 @@ static void dl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct relay *r = w->data;
     struct poison_state *ps = &r->poison;
-    for (size_t i = 0; i < ps->n_dl; i++) {
-        struct dead_letter *d = &ps->dl[i];
-        if (!d->queued && d->attempts < DL_MAX_ATTEMPTS)
-            dl_send(r, d);
+    for (size_t i = 0; i < ps->n_dl;) {
+        if (ps->dl[i].queued || dl_send(r, i) == 0)
+            i++;
     }
 }
 
@@ -147,11 +173,20 @@ void poison_init(struct relay *r)
     r->poison.dl_timer.data = r;
 }
 
-static void dl_remove(struct poison_state *ps, size_t i)
+void poison_dead_letters_resend(struct relay *r)
 {
-    dl_free(&ps->dl[i]);
-    memmove(&ps->dl[i], &ps->dl[i + 1], (ps->n_dl - i - 1) * sizeof(*ps->dl));
-    ps->n_dl--;
+    struct poison_state *ps = &r->poison;
+    size_t n = 0;
+    for (size_t i = 0; i < ps->n_dl; i++)
+        if (ps->dl[i].queued) {
+            ps->dl[i].queued = 0;
+            n++;
+        }
+    if (n) {
+        log_warn("relay: %zu dead-letter cop%s the old producer never reported on: sending again in %.0f s", n,
+                 n == 1 ? "y" : "ies", DL_RETRY_S);
+        dl_arm(r);
+    }
 }
 
 void poison_dead_letter_report(struct relay *r, int64_t id, int err)
@@ -213,7 +248,7 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
     };
     if (with_payload)
         memcpy(d->payload, row->payload, row->payload_len);
-    dl_send(r, d);
+    dl_send(r, ps->n_dl - 1);
 }
 
 /* A row that can never be published: park it; with the block policy, hold the rest of

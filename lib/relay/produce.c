@@ -156,6 +156,7 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
     struct relay *r = ctx;
     if (row_id < 0) { /* a dead-letter copy */
         poison_dead_letter_report(r, -row_id, err);
+        relay_want_kick(r); /* a shutdown may wait for it */
         return;
     }
     struct inflight_row *row = window_find(&r->win, row_id);

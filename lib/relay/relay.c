@@ -12,11 +12,12 @@
 /* ---- the decision -------------------------------------------------------------- */
 
 /* Whether every acknowledged row is marked and every write-back done (shutdown); in keep
- * mode also every W written (unless the watermark is stopped, or the session is gone). */
+ * mode also every W written (unless the watermark is stopped, or the session is gone); and
+ * every dead-letter copy acknowledged (all bounded by the shutdown timeout). */
 static int drained(const struct relay *r)
 {
     return !window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING)) &&
-           r->poison.n_updates == 0 &&
+           r->poison.n_updates == 0 && r->poison.n_dl == 0 &&
            !(r->cfg->keep && !r->keep.blocked && pgconn_connected(r->worker) && keep_unsaved(r));
 }
 

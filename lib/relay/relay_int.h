@@ -289,6 +289,8 @@ void poison_destroy(struct relay *r);
 void poison_init(struct relay *r);
 /* A dead-letter copy's report (the sink's row id was -id). */
 void poison_dead_letter_report(struct relay *r, int64_t id, int err);
+/* After the producer was made anew: copies whose reports the old one never gave are sent again. */
+void poison_dead_letters_resend(struct relay *r);
 
 /* reset.c */
 void reset_start(struct relay *r, const char *reason);

@@ -76,6 +76,8 @@ void reset_advance(struct relay *r)
                 window_set_state(&r->win, &r->win.rows[i], ROW_FAILED);
             }
         kshare_clear(&r->kshare); /* the new producer holds nothing */
+        if (!r->reset.fatal_pending)
+            poison_dead_letters_resend(r);
     }
     if (window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING) |
                                   ROW_MASK(ROW_FAILED) | ROW_MASK(ROW_PARKING)) ||

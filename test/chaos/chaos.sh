@@ -35,8 +35,7 @@ fi
 work=$(mktemp -d /tmp/outbox-chaos.XXXXXX)
 chmod 755 "$work" # the server runs as the postgres user when this runs as root
 pg_dir=$work/pg
-pg_port=$(( ${RELAYTEST_PG_PORT:-20000} + 700 + RANDOM % 200 ))
-while (exec 3<>"/dev/tcp/127.0.0.1/$pg_port") 2>/dev/null; do pg_port=$((pg_port + 1)); done
+pg_port=$(free_ports 2) # (scripts/servers.sh: noted, so that a test beside this run never gets it)
 PG_DURABLE=1 bash "$src/test/env/pg.sh" start "$pg_dir" "$pg_port"
 trap 'bash "$src/test/env/pg.sh" kill "$pg_dir" >/dev/null 2>&1 || true; [ -z "${own_servers:-}" ] || servers_stop' EXIT
 db=chaos_$$

@@ -8,6 +8,10 @@
 # Needs root and mmdebstrap (scripts/deps.sh).
 set -euo pipefail
 dir=${1:?usage: pg17-root.sh DIR}
+# Tests running side by side may ask for it at once: one makes it, the others wait.
+mkdir -p "$(dirname "$dir")"
+exec 9>>"$dir.lock"
+flock 9
 if [ ! -f "$dir/.outbox-pg17-root" ]; then
     rm -rf "$dir"
     mkdir -p "$(dirname "$dir")"

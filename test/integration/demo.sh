@@ -73,6 +73,7 @@ run_demo_dies() {
     python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(600)' "$port" &
     holder=$!
+    DEMO_HOLDER=$holder
     wait_until 10 "port $port taken" port_open "$port"
     DEMO_SECONDS=300 OUTBOX_HTTP_ADDR=127.0.0.1:$port setsid env --default-signal=INT \
         bash "$RELAYTEST_SRC/scripts/demo.sh" >"$out" 2>&1 &
@@ -91,7 +92,12 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.s
     log "demo with a relay that dies at start: exit $rc, the cause shown, nothing left behind"
 }
 DEMO_PIDS=()
-kill_demos() { local p; for p in "${DEMO_PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done; cleanup; }
+kill_demos() {
+    local p
+    for p in "${DEMO_PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+    [ -z "${DEMO_HOLDER:-}" ] || kill "$DEMO_HOLDER" 2>/dev/null || true
+    cleanup
+}
 trap kill_demos EXIT
 
 run_demo ctrl-c
