@@ -37,7 +37,7 @@ chmod 755 "$work" # the server runs as the postgres user when this runs as root
 pg_dir=$work/pg
 pg_port=$(free_ports 2) # (scripts/servers.sh: noted, so that a test beside this run never gets it)
 PG_DURABLE=1 bash "$src/test/env/pg.sh" start "$pg_dir" "$pg_port"
-trap 'bash "$src/test/env/pg.sh" kill "$pg_dir" >/dev/null 2>&1 || true; [ -z "${own_servers:-}" ] || servers_stop' EXIT
+trap 'rc=$?; bash "$src/test/env/pg.sh" kill "$pg_dir" >/dev/null 2>&1 || true; [ -z "${own_servers:-}" ] || servers_stop; exit $rc' EXIT
 db=chaos_$$
 dsn="host=127.0.0.1 port=$pg_port user=postgres dbname=$db"
 bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT

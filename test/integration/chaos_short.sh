@@ -15,7 +15,7 @@ if [ "$SINK" = kafka ]; then
     own_kafka=$(free_ports 2)
     bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$WORK/kafka" "$own_kafka" >"$WORK/kafka.out" 2>&1 ||
         { cat "$WORK/kafka.out"; fail "the chaos run's Kafka did not start"; }
-    trap 'bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" >/dev/null 2>&1 || true; cleanup' EXIT
+    trap 'TEST_RC=${TEST_RC:-$?}; bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" >/dev/null 2>&1 || true; cleanup' EXIT
     export RELAYTEST_KAFKA_PORT=$own_kafka RELAYTEST_KAFKA_DIR=$WORK/kafka
 fi
 bash "$RELAYTEST_SRC/test/chaos/chaos.sh" --events $events --kills $kills --keys 300 --clients 6 --on-sent "$ON_SENT" --sink "$SINK" \

@@ -32,7 +32,7 @@ own_servers
 RELAYTEST_PG_PORT=$(free_port)
 PG_EXTRA_CONF="wal_level = logical" pg_env start "$HA/pg" "$RELAYTEST_PG_PORT"
 DSN="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=$DB"
-trap 'bash "$RELAYTEST_SRC/test/env/connect.sh" stop "$WORK/connect" >/dev/null 2>&1 || true; own_servers_cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; bash "$RELAYTEST_SRC/test/env/connect.sh" stop "$WORK/connect" >/dev/null 2>&1 || true; own_servers_cleanup' EXIT
 
 fresh_db
 psqlc "CREATE TABLE outbox (

@@ -93,6 +93,7 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.s
 }
 DEMO_PIDS=()
 kill_demos() {
+    TEST_RC=${TEST_RC:-$?}
     local p
     for p in "${DEMO_PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
     [ -z "${DEMO_HOLDER:-}" ] || kill "$DEMO_HOLDER" 2>/dev/null || true

@@ -26,7 +26,7 @@ entry=$(jq -r '.OCIv1.config.Entrypoint | join(" ")' "$WORK/inspect.json")
 
 ctr=$(bh from --pull=never "$tag")
 root=$(bh mount "$ctr")
-image_cleanup() { bh umount "$ctr" >/dev/null 2>&1 || true; bh rm "$ctr" >/dev/null 2>&1 || true; cleanup; }
+image_cleanup() { TEST_RC=${TEST_RC:-$?}; bh umount "$ctr" >/dev/null 2>&1 || true; bh rm "$ctr" >/dev/null 2>&1 || true; cleanup; }
 trap image_cleanup EXIT
 for f in bin/sh bin/bash usr/bin/apt-get usr/bin/curl; do
     [ ! -e "$root/$f" ] || fail "/$f is in the image"

@@ -9,6 +9,7 @@
 KC=$WORK/kc
 base=$(free_ports 6)
 cluster_cleanup() {
+    TEST_RC=${TEST_RC:-$?}
     local n
     for n in 1 2 3; do bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$KC/n$n" 2>/dev/null || true; done
     cleanup

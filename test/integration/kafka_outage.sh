@@ -12,7 +12,7 @@ wait_until 60 "first rows SENT" all_sent
 log "stopping Kafka for 10 s"
 kafka_stop
 # the suite's broker comes back whatever happens here: a failure must not take it from the tests after
-trap 'port_open "$RELAYTEST_KAFKA_PORT" || kafka_start; cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; port_open "$RELAYTEST_KAFKA_PORT" || kafka_start; cleanup' EXIT
 sent0=$(count_status SENT)
 writers 4 500 100
 sleep 10

@@ -49,8 +49,11 @@ keep_audit_clean() {
     done
 }
 
+# A test's own EXIT trap runs its steps and then cleanup; it starts with
+# TEST_RC=${TEST_RC:-$?}, so that its steps' statuses do not hide the test's own (a failed
+# test whose trap ended with a successful step exited 0).
 cleanup() {
-    local pid rc=$?
+    local pid rc=${TEST_RC:-$?}
     [ "$rc" != 0 ] || keep_audit_clean || rc=1
     for pid in "${RELAY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     if [ -n "${RELAYTEST_PG17:-}" ] && [ -d "$WORK/pg17" ]; then # the test's PostgreSQL 17
@@ -467,6 +470,7 @@ own_servers() {
     trap own_servers_cleanup EXIT
 }
 own_servers_cleanup() {
+    TEST_RC=${TEST_RC:-$?}
     local d
     for d in "$HA"/*; do
         [ -d "$d" ] || continue
@@ -559,6 +563,7 @@ proxied_kafka() {
     PROXY_SENT=0
 }
 proxied_cleanup() {
+    TEST_RC=${TEST_RC:-$?}
     kill "$PROXY_PID" 2>/dev/null || true
     bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$PK" 2>/dev/null || true
     cleanup

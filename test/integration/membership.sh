@@ -28,6 +28,7 @@ SPOOF_PIDS=()
 # the backends sleep on after their psql is gone: end them
 end_sessions() { psqlc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE '$1'" >/dev/null; }
 spoof_cleanup() {
+    TEST_RC=${TEST_RC:-$?}
     local p
     for p in "${SPOOF_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     end_sessions 'outbox-relay spoof%' || true

@@ -37,7 +37,7 @@ INI
     wait_until 10 "pgbouncer listening" port_open "$bouncer_port"
 }
 stop_bouncer() { [ -f "$B/$1.pid" ] && kill "$(cat "$B/$1.pid")" 2>/dev/null; sleep 0.5; }
-trap 'stop_bouncer transaction; stop_bouncer session; cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; stop_bouncer transaction; stop_bouncer session; cleanup' EXIT
 BDSN="host=127.0.0.1 port=$bouncer_port user=it_relay dbname=$DB"
 
 # ---- transaction pooling: refused, clearly

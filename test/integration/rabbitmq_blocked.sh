@@ -11,7 +11,7 @@
 [ "$SINK" = rabbitmq ] || fail "run with RELAYTEST_SINK=rabbitmq"
 rmq() { bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" ctl "$RELAYTEST_RABBITMQ_DIR" "$@"; }
 unblock() { rmq set_vm_memory_high_watermark 0.2 >/dev/null 2>&1 || true; }
-trap 'unblock; cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; unblock; cleanup' EXIT
 setup_db
 rmq set_vm_memory_high_watermark absolute 1MB >/dev/null || fail "cannot lower the memory watermark"
 psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)

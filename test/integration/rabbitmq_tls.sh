@@ -27,7 +27,7 @@ node=$WORK/rabbitmq
 port=$(free_ports 4)
 tls_port=$((port + 3))
 stop_node() { bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" stop "$node" >/dev/null 2>&1 || true; }
-trap 'stop_node; cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; stop_node; cleanup' EXIT
 RABBITMQ_TLS_PKI=$pki bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" start "$node" "$port" || fail "the TLS node did not start"
 plain=amqp://guest:guest@127.0.0.1:$port
 tls=amqps://guest:guest@localhost:$tls_port

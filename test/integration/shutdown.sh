@@ -83,7 +83,7 @@ pg_env start "$WORK/pg" "$pg_port"
 pm=$(head -1 "$WORK/pg/data/postmaster.pid")
 kill -STOP "$pm"
 unfreeze() { kill -CONT "$pm" 2>/dev/null || true; bash "$RELAYTEST_SRC/test/env/pg.sh" stop "$WORK/pg" >/dev/null 2>&1 || true; }
-trap 'unfreeze; proxied_cleanup' EXIT
+trap 'TEST_RC=${TEST_RC:-$?}; unfreeze; proxied_cleanup' EXIT
 RELAY_ENV=(OUTBOX_PG_DSN="host=127.0.0.1 port=$pg_port user=postgres dbname=outbox")
 start_relay starting >/dev/null
 pid=$(relay_pid starting)

@@ -66,7 +66,7 @@ printf '%s\n' "$kafka_secret" >"$secrets/kafka-password"
 KAFKA_VERSION=$kafka_version bash "$RELAYTEST_SRC/test/env/kafka.sh" secure "$WORK/kafka" "$kport" "$pki/server.pem" relay "$secrets/kafka-password" ||
     fail "the SASL_SSL broker did not start"
 log "SASL_SSL broker: Kafka $kafka_version (the programs' librdkafka: $rdk)"
-tls_cleanup() { bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" || true; pg_stop_own; cleanup; }
+tls_cleanup() { TEST_RC=${TEST_RC:-$?}; bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" || true; pg_stop_own; cleanup; }
 trap tls_cleanup EXIT
 
 printf 'host=localhost port=%s dbname=outbox user=tls_relay password=%s sslmode=verify-full sslrootcert=%s\n' \
