@@ -530,8 +530,17 @@ static void read_results(struct pgconn *pg)
              * query's callback hears "connection lost" (nothing was applied). */
             pg->first_result = NULL;
             PQclear(first);
-            log_error("pg %s: server %s:%s is read-only (a standby, or demoted); reconnecting "
-                      "to find the primary", pg->name, PQhost(pg->conn), PQport(pg->conn));
+            /* One error line when the server turns read-only, not one per connection of the
+             * process that meets it (keep mode's monitor writes too). */
+            static int64_t read_only_logged_ms;
+            int64_t now = mono_ms();
+            if (!read_only_logged_ms || now - read_only_logged_ms > 30000) {
+                read_only_logged_ms = now;
+                log_error("pg %s: server %s:%s is read-only (a standby, or demoted); reconnecting "
+                          "to find the primary", pg->name, PQhost(pg->conn), PQport(pg->conn));
+            } else {
+                log_info("pg %s: reconnecting too, to find the primary (the server turned read-only)", pg->name);
+            }
             lost(pg, "server is read-only");
             return;
         }
