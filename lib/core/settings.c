@@ -457,3 +457,11 @@ int settings_parse_duration(const char *v, int *seconds)
     *seconds = (int)(n * mult);
     return 0;
 }
+
+int settings_kafka_has(const struct kafka_prop *props, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(props[i].name, name) == 0)
+            return 1;
+    return 0;
+}

@@ -173,10 +173,7 @@ int inbox_config_load(struct inbox_config *cfg, char **envp, int argc, char **ar
 
 int inbox_config_has_kafka(const struct inbox_config *cfg, const char *name)
 {
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (strcmp(cfg->kafka[i].name, name) == 0)
-            return 1;
-    return 0;
+    return settings_kafka_has(cfg->kafka, cfg->n_kafka, name);
 }
 
 void inbox_config_destroy(struct inbox_config *cfg)

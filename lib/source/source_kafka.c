@@ -26,15 +26,6 @@ struct kafka_source {
 };
 
 
-/* Whether a librdkafka property was set (INBOX_KAFKA_<NAME>). */
-static int has_kafka(const struct source_config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (strcmp(cfg->kafka[i].name, name) == 0)
-            return 1;
-    return 0;
-}
-
 static const struct source_ops kafka_ops;
 
 static void kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -134,9 +125,9 @@ static int make_clients(struct kafka_source *ks, char *err, size_t errlen)
         return -1;
     char kerr[512], group[300];
     snprintf(group, sizeof(group), "outbox-inbox.%s", ks->cfg->name);
-    if (!has_kafka(ks->cfg, "group.id"))
+    if (!settings_kafka_has(ks->cfg->kafka, ks->cfg->n_kafka, "group.id"))
         rd_kafka_conf_set(conf, "group.id", group, kerr, sizeof(kerr));
-    if (!has_kafka(ks->cfg, "auto.offset.reset")) /* a new group starts at the oldest message kept */
+    if (!settings_kafka_has(ks->cfg->kafka, ks->cfg->n_kafka, "auto.offset.reset")) /* a new group starts at the oldest message kept */
         rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", kerr, sizeof(kerr));
     /* commits carry only what was applied: offsets are stored by hand, after the commit */
     rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", kerr, sizeof(kerr));
