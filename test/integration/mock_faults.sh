@@ -19,7 +19,10 @@ log "mock cluster at $BOOTSTRAP"
 # rd_kafka_dr_implicit_ack): acknowledged, not in the log. Reproduced without the relay:
 # `mock-probe --rounds 20 --messages 3000 --moves 0 --errors 6 --pace-us 500 --rtt 20`
 # lost 14 of 60,000 acknowledged messages, only in rounds whose log shows an implicit ack; with
-# `--in-flight 1`, 0. Seen here as ids 2004/2006 lost after the injected errors.
+# `--in-flight 1`, 0. Seen here as ids 2004/2006 lost after the injected errors. (A real
+# broker does the same for a producer's first request to a partition: the relay now
+# publishes such rows again, `implicit_ack`; but the later request is in the log ahead of
+# the failed one, so with this test's 100 keys, per-key order could not hold.)
 # The claim at librdkafka's default in-flight (5) is carried by broker_faults: a real broker
 # behind the project's fault proxy, which resets connections and drops responses with
 # Produce requests in flight.
