@@ -32,24 +32,27 @@ struct kafka_sink {
     char *secrets_seen; /* the file-read Kafka properties when the producer was made, or NULL */
     struct topic_handle *handles; /* open addressing by name; cap a power of two or 0 */
     size_t n_handles, cap_handles;
-    int acks_none;        /* acks=0 (a user's override): no delivery carries an offset */
+    int acks_none;        /* acks=0 (a user's override): deliveries carry no broker offset */
     int64_t unconfirmed_logged_ms;
     long long unconfirmed_unlogged;
 };
 
 /* A delivery librdkafka reports as persisted that carries no offset: nothing the broker
  * said places it in a partition. librdkafka reports a request's messages delivered when a
- * later request of the same partition succeeds after it failed ("implicitly acked"), on
- * the reasoning that the broker would have refused the later sequence numbers otherwise,
- * and when a retry is answered DUPLICATE_SEQUENCE_NUMBER. But a broker that holds no state
- * for the producer on that partition (a partition just created, a relay just started: a
- * new producer id) accepts any sequence: seen with Apache Kafka 4.1.1 and librdkafka 2.0.2
- * when three relays first produced to a topic they had auto-created, the first request of
- * a partition failed and the second was written at offset 0: the first's row was reported
- * delivered and is in no partition (the leases test lost it about once in 30 runs). Such a
- * report counts as a failure that may have been persisted: the row stays PENDING and goes
- * again (a duplicate if it was in fact written). */
-#define KAFKA_ERR_UNCONFIRMED RD_KAFKA_RESP_ERR__INCONSISTENT
+ * later request of the same partition succeeds while the request is unanswered or failed
+ * ("implicitly acked", offset -1001), on the reasoning that the broker would have refused
+ * the later sequence numbers otherwise. But a broker that holds no state for the producer
+ * on that partition accepts any sequence: a partition just created, a producer just made
+ * (a new producer id: every relay start, every recreate), a producer silent there for
+ * longer than the broker's producer.id.expiration.ms, or whose batches retention or
+ * DeleteRecords removed. Seen with Apache Kafka 4.1.1 and librdkafka 2.0.2 when three
+ * relays first produced to a topic they had auto-created: a partition's first request
+ * failed, its second was written at offset 0, and the first's row was reported delivered
+ * and is in no partition (the leases test lost it about once in 30 runs). Such a report
+ * counts as a failure that may have been persisted: the row stays PENDING and goes again
+ * (a duplicate when the implicit ack was sound). The code is the relay's own, outside
+ * librdkafka's range. */
+#define KAFKA_ERR_UNCONFIRMED (-100001)
 #define UNCONFIRMED_LOG_MS 10000
 
 /* A topic handle per topic produced to, made the first time a row names the topic. Making

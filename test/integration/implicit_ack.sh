@@ -22,9 +22,9 @@ mock rtt 1 20 # Produce requests in flight behind each other
 RELAY_ENV=(OUTBOX_BATCH_SIZE=100 OUTBOX_LOG_LEVEL=debug OUTBOX_KAFKA_DEBUG=msg)
 start_relay main >/dev/null
 
+psqlc "CREATE SEQUENCE unique_keys; GRANT USAGE ON SEQUENCE unique_keys TO $WRITER_USER"
 cat >"$WORK/unique.sql" <<SQL
-\set k random(1, 1000000000)
-INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'u' || :k, 'Created', '{"pad": "$(printf 'x%.0s' {1..200})"}');
+INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'u' || nextval('unique_keys'), 'Created', '{"pad": "$(printf 'x%.0s' {1..200})"}');
 SQL
 "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U "$WRITER_USER" -c 2 -j 2 -R 1500 -T 10 \
     -f "$WORK/unique.sql" "$DB" >"$WORK/pgbench.log" 2>&1 &
