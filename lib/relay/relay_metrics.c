@@ -66,6 +66,8 @@ static const struct counter_def {
      offsetof(struct metrics, share_held_back_total)},
     {"outbox_topic_partition_changes_total", "Times a topic's partition count changed: per-key order across the change is not kept.",
      offsetof(struct metrics, topic_partition_changes_total)},
+    {"outbox_unconfirmed_deliveries_total", "Deliveries Kafka's client reported done without an offset (acknowledged implicitly by a later request's success): no proof that the broker wrote them, so their rows were published again; each may be a duplicate (they count in outbox_possible_duplicates_total too).",
+     offsetof(struct metrics, unconfirmed_deliveries_total)},
     {"outbox_lease_rebalances_total", "Times this relay handed partitions back to balance.",
      offsetof(struct metrics, lease_rebalances_total)},
     {"outbox_lease_takeovers_total", "Partitions taken over from a relay that did not release them.",

@@ -35,6 +35,7 @@ struct metrics {
     uint64_t doorbell_wakeups_total;
     uint64_t lease_rebalances_total;
     uint64_t topic_partition_changes_total;
+    uint64_t unconfirmed_deliveries_total;
     uint64_t share_held_back_total; /* rows left PENDING: their Kafka partition held its share */
     uint64_t lease_takeovers_total;
     uint64_t lease_lost_total;

@@ -111,6 +111,7 @@ static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
     m->pg_connected = pgconn_connected(r->worker);
     m->kafka_brokers_up = sink_brokers_up(r->sink);
     m->topic_partition_changes_total = sink_partition_changes(r->sink);
+    m->unconfirmed_deliveries_total = sink_unconfirmed(r->sink);
     m->n_paused_topics = r->paused.n < METRICS_MAX_PAUSED ? r->paused.n : METRICS_MAX_PAUSED;
     for (size_t i = 0; i < m->n_paused_topics; i++)
         snprintf(m->paused_topics[i], sizeof(m->paused_topics[i]), "%s", r->paused.topic[i].name);

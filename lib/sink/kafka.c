@@ -34,6 +34,7 @@ struct kafka_sink {
     size_t n_handles, cap_handles;
     int acks_none;        /* acks=0 (a user's override): deliveries carry no broker offset */
     int64_t unconfirmed_logged_ms;
+    uint64_t unconfirmed; /* deliveries without an offset, failed to the relay */
     long long unconfirmed_unlogged;
 };
 
@@ -168,6 +169,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         sk->brokers_down = 0;
     if (!err && m->offset < 0 && !sk->acks_none) {
         err = KAFKA_ERR_UNCONFIRMED;
+        sk->unconfirmed++;
         int64_t now = mono_ms();
         if (now - sk->unconfirmed_logged_ms >= UNCONFIRMED_LOG_MS) {
             log_warn("kafka: a message to %s [%d] was reported delivered without an offset (acknowledged "
@@ -331,6 +333,11 @@ static uint64_t k_partition_changes(const struct sink *base)
 {
     const struct kafka_sink *sk = (const struct kafka_sink *)base;
     return sk->partition_changes;
+}
+
+static uint64_t k_unconfirmed(const struct sink *base)
+{
+    return ((const struct kafka_sink *)base)->unconfirmed;
 }
 
 static long long k_max_message_bytes(const struct sink *base)
@@ -558,6 +565,7 @@ static const struct sink_ops kafka_ops = {
     .brokers_up = k_brokers_up,
     .max_message_bytes = k_max_message_bytes,
     .partition_changes = k_partition_changes,
+    .unconfirmed = k_unconfirmed,
     .abandon = k_abandon,
     .classify = sink_kafka_classify,
     .err_str = k_err_str,

@@ -941,6 +941,12 @@ static long long r_max_message_bytes(const struct sink *base)
     return ((const struct rabbitmq_sink *)base)->cfg->rabbitmq_max_message_bytes;
 }
 
+static uint64_t r_unconfirmed(const struct sink *base)
+{
+    (void)base;
+    return 0; /* a basic.ack is the broker's own word */
+}
+
 static uint64_t r_partition_changes(const struct sink *base)
 {
     (void)base;
@@ -1040,6 +1046,7 @@ static const struct sink_ops rabbitmq_ops = {
     .brokers_up = r_brokers_up,
     .max_message_bytes = r_max_message_bytes,
     .partition_changes = r_partition_changes,
+    .unconfirmed = r_unconfirmed,
     .abandon = r_abandon,
     .classify = sink_rabbitmq_classify,
     .err_str = r_err_str,

@@ -80,6 +80,9 @@ struct sink_ops {
     int (*brokers_up)(struct sink *sk);
     long long (*max_message_bytes)(const struct sink *sk);
     uint64_t (*partition_changes)(const struct sink *sk);
+    /* Deliveries the broker's client reported done without proof that the broker wrote them
+     * (Kafka: no offset), failed to the relay instead. */
+    uint64_t (*unconfirmed)(const struct sink *sk);
     void (*abandon)(struct sink *sk, int timeout_ms);
     enum failure_reason (*classify)(int err);
     const char *(*err_str)(int err);
@@ -149,6 +152,12 @@ static inline long long sink_max_message_bytes(const struct sink *sk)
 static inline uint64_t sink_partition_changes(const struct sink *sk)
 {
     return sk->ops->partition_changes(sk);
+}
+
+/* Deliveries reported done without proof, failed instead (their rows go again). */
+static inline uint64_t sink_unconfirmed(const struct sink *sk)
+{
+    return sk->ops->unconfirmed(sk);
 }
 
 /* Fails everything still queued or in flight and serves the failure reports (shutdown

@@ -36,6 +36,7 @@ for _ in $(seq 1 12); do
 done
 wait "$wp" || { cat "$WORK/pgbench.log"; fail "writers failed"; }
 wait_until 120 "all rows SENT" all_sent
+unconfirmed=$(metric main outbox_unconfirmed_deliveries_total)
 stop_relay main || fail "relay exited with $? on SIGTERM"
 implicit=$(grep -c "implicitly acked" "$WORK/relay-main.log" || true)
 log "librdkafka acknowledged requests implicitly $implicit times"
@@ -43,5 +44,7 @@ log "librdkafka acknowledged requests implicitly $implicit times"
 check "$topic" || fail "rows reported delivered without an offset were lost"
 grep -q "reported delivered without an offset" "$WORK/relay-main.log" ||
     fail "the relay never counted a delivery without an offset as unproven"
+[ "${unconfirmed:-0}" -gt 0 ] || fail "outbox_unconfirmed_deliveries_total is ${unconfirmed:-absent} after implicit acks"
+log "deliveries without an offset, published again: $unconfirmed"
 mock quit
 log "ok"

@@ -404,10 +404,17 @@ check() {
     "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -F $'\t' "$DSN" \
         -c "SELECT id, event_id, aggregate_id, $value FROM outbox_all WHERE ${CHECK_WHERE:-true} ORDER BY id" \
         >"$WORK/expected.tsv" || { log "check: reading the expected rows failed"; return 2; }
-    if [ "$SINK" = rabbitmq ]; then # the queue bound to every topic; --exact as Kafka's check
-        local exact=
-        [[ " $* " == *" --exact "* ]] && exact=--exact
-        "$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$AMQP_QUEUE" "$WORK/expected.tsv" $exact \
+    if [ "$SINK" = rabbitmq ]; then # the queue bound to every topic, with the flags amqp-check has
+        local flags=()
+        while [ $# -gt 0 ]; do
+            case $1 in
+            --exact) flags+=(--exact) ;;
+            --max-duplicates) flags+=(--max-duplicates "$2"); shift ;;
+            *) log "check: $1 has no counterpart in the RabbitMQ check (amqp-check)"; return 2 ;;
+            esac
+            shift
+        done
+        "$RELAYTEST_AMQP_BIN" check "$AMQP_URL" "$AMQP_QUEUE" "$WORK/expected.tsv" "${flags[@]}" \
             >"$WORK/check.out" 2>"$WORK/check.err"
         local rc=$?
         cat "$WORK/check.out"

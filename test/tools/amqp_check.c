@@ -10,13 +10,13 @@
  *       declares a durable exchange of TYPE (direct, fanout, topic, headers)
  *   amqp-check depth URL QUEUE
  *       prints the queue's ready messages
- *   amqp-check check URL QUEUE EXPECTED [--exact] [--any-order] [--idle-ms N]
+ *   amqp-check check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order] [--idle-ms N]
  *       consumes QUEUE until it stays empty for N ms (default 2000) and compares it with
  *       EXPECTED (TSV: id, event_id, aggregate_id, as the integration tests write it): every
  *       row's message there (message_id = event_id), no other message, per-key order of first
  *       deliveries (ids ascending within an aggregate_id), and each message persistent with
  *       the headers event_id = message_id and aggregate_id = the row's, and app_id set;
- *       --exact: no duplicates either; --any-order: order violations are counted, not
+ *       --exact: no duplicates either (--max-duplicates N: at most N); --any-order: order violations are counted, not
  *       failed. Prints one line
  *       CHECK expected=N received=N unique=N duplicates=N missing=N unexpected=N
  *             order_violations=N bad_properties=N
@@ -213,9 +213,12 @@ static int cmd_check(int argc, char **argv)
     if (argc < 5)
         return 2;
     int exact = 0, idle_ms = 2000, any_order = 0;
+    long long max_dups = -1;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--exact") == 0)
             exact = 1;
+        else if (strcmp(argv[i], "--max-duplicates") == 0 && i + 1 < argc)
+            max_dups = atoll(argv[++i]);
         else if (strcmp(argv[i], "--any-order") == 0)
             any_order = 1;
         else if (strcmp(argv[i], "--idle-ms") == 0 && i + 1 < argc)
@@ -289,7 +292,10 @@ static int cmd_check(int argc, char **argv)
         free(rows[i].key);
     }
     free(rows);
-    return missing || unexpected || (order && !any_order) || bad || (exact && dups) ? 1 : 0;
+    if (max_dups >= 0 && dups > max_dups)
+        fprintf(stderr, "amqp-check: %lld duplicates, more than %lld\n", dups, max_dups);
+    return missing || unexpected || (order && !any_order) || bad || (exact && dups) ||
+                   (max_dups >= 0 && dups > max_dups) ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -305,6 +311,6 @@ int main(int argc, char **argv)
         rc = cmd_check(argc, argv);
     if (rc == 2)
         fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active | quorum] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
-                        "check URL QUEUE EXPECTED [--exact] [--any-order] [--idle-ms N]\n");
+                        "check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order] [--idle-ms N]\n");
     return rc;
 }
