@@ -152,3 +152,16 @@ void log_format_early(char **envp, const char *var, const char *value)
     if (value && log_format_parse(value, &format) == 0)
         log_setup(LOG_INFO, format);
 }
+
+int log_limit_due(struct log_limit *l, int64_t every_ms, long *held)
+{
+    int64_t now = mono_ms();
+    if (l->logged_ms && now - l->logged_ms < every_ms) {
+        l->held++;
+        return 0;
+    }
+    *held = l->held;
+    l->logged_ms = now;
+    l->held = 0;
+    return 1;
+}

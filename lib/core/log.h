@@ -25,6 +25,15 @@ int log_format_parse(const char *s, enum log_format *out);
  * wins), before the settings are read, so that warnings about them are already in it. */
 void log_format_early(char **envp, const char *var, const char *value);
 
+/* A line that may come in bursts, logged at most once per every_ms (not thread-safe: one
+ * owner's thread). log_limit_due returns 1 when the next one is due, with *held set to how
+ * many were held back since the last one; 0 when this one is held back (and counted). */
+struct log_limit {
+    int64_t logged_ms; /* 0: never logged */
+    long held;
+};
+int log_limit_due(struct log_limit *l, int64_t every_ms, long *held);
+
 #define log_debug(...) do { if (log_enabled(LOG_DEBUG)) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)

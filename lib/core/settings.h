@@ -84,10 +84,10 @@ void settings_kafka_add(struct kafka_prop **props, size_t *n, const char *name, 
 void settings_kafka_free(struct kafka_prop *props, size_t n);
 int settings_kafka_apply(rd_kafka_conf_t *conf, const struct kafka_prop *props, size_t n, char *err,
                          size_t errlen);
-/* The current contents of the properties read from files, as one string to compare with an
- * earlier one (caller frees); NULL when no property comes from a file. */
 /* Whether a librdkafka property is among props (set by <PREFIX>KAFKA_<NAME> or a flag). */
 int settings_kafka_has(const struct kafka_prop *props, size_t n, const char *name);
+/* The current contents of the properties read from files, as one string to compare with an
+ * earlier one (caller frees); NULL when no property comes from a file. */
 char *settings_kafka_file_snapshot(const struct kafka_prop *props, size_t n);
 /* Whether those files now hold something else than the snapshot seen (NULL: no file, never). */
 int settings_kafka_files_changed(const struct kafka_prop *props, size_t n, const char *seen);

@@ -532,10 +532,9 @@ static void read_results(struct pgconn *pg)
             PQclear(first);
             /* One error line when the server turns read-only, not one per connection of the
              * process that meets it (keep mode's monitor writes too). */
-            static int64_t read_only_logged_ms;
-            int64_t now = mono_ms();
-            if (!read_only_logged_ms || now - read_only_logged_ms > 30000) {
-                read_only_logged_ms = now;
+            static struct log_limit read_only_log;
+            long held;
+            if (log_limit_due(&read_only_log, 30000, &held)) {
                 log_error("pg %s: server %s:%s is read-only (a standby, or demoted); reconnecting "
                           "to find the primary", pg->name, PQhost(pg->conn), PQport(pg->conn));
             } else {

@@ -33,9 +33,8 @@ struct kafka_sink {
     struct topic_handle *handles; /* open addressing by name; cap a power of two or 0 */
     size_t n_handles, cap_handles;
     int acks_none;        /* acks=0 (a user's override): deliveries carry no broker offset */
-    int64_t unconfirmed_logged_ms;
     uint64_t unconfirmed; /* deliveries without an offset, failed to the relay */
-    long long unconfirmed_unlogged;
+    struct log_limit unconfirmed_log;
 };
 
 /* A delivery librdkafka reports as persisted that carries no offset: nothing the broker
@@ -170,17 +169,12 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     if (!err && m->offset < 0 && !sk->acks_none) {
         err = KAFKA_ERR_UNCONFIRMED;
         sk->unconfirmed++;
-        int64_t now = mono_ms();
-        if (now - sk->unconfirmed_logged_ms >= UNCONFIRMED_LOG_MS) {
+        long held;
+        if (log_limit_due(&sk->unconfirmed_log, UNCONFIRMED_LOG_MS, &held))
             log_warn("kafka: a message to %s [%d] was reported delivered without an offset (acknowledged "
                      "by a later request's success, or as a duplicate sequence): no proof that the broker "
-                     "wrote it, so it is published again (%lld more such since the last line)",
-                     rd_kafka_topic_name(m->rkt), (int)m->partition, sk->unconfirmed_unlogged);
-            sk->unconfirmed_logged_ms = now;
-            sk->unconfirmed_unlogged = 0;
-        } else {
-            sk->unconfirmed_unlogged++;
-        }
+                     "wrote it, so it is published again (%ld more such since the last line)",
+                     rd_kafka_topic_name(m->rkt), (int)m->partition, held);
     }
     sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, err,
                        err ? rd_kafka_topic_name(m->rkt) : NULL,

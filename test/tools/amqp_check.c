@@ -292,10 +292,10 @@ static int cmd_check(int argc, char **argv)
         free(rows[i].key);
     }
     free(rows);
-    if (max_dups >= 0 && dups > max_dups)
+    int too_many = max_dups >= 0 && dups > max_dups;
+    if (too_many)
         fprintf(stderr, "amqp-check: %lld duplicates, more than %lld\n", dups, max_dups);
-    return missing || unexpected || (order && !any_order) || bad || (exact && dups) ||
-                   (max_dups >= 0 && dups > max_dups) ? 1 : 0;
+    return missing || unexpected || (order && !any_order) || bad || (exact && dups) || too_many ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -1,5 +1,6 @@
 /* Unit tests: log lines are safe to print (control characters and bytes that are not
- * UTF-8 escaped, valid UTF-8 kept) and cut only between UTF-8 sequences. */
+ * UTF-8 escaped, valid UTF-8 kept) and cut only between UTF-8 sequences; a limited line is
+ * due once per period, with the count held back in between. */
 #include <string.h>
 
 #include "core/log.h"
@@ -36,5 +37,16 @@ int main(void)
     is_int(log_utf8_cut("ab\xe2\x82", 4), 2, "a 3-byte sequence cut after 2 goes");
     is_int(log_utf8_cut("ab\xf0\x9f\x98", 5), 2, "a 4-byte sequence cut after 3 goes");
     is_int(log_utf8_cut("ab\xf0\x9f\x98\x80", 6), 6, "a whole 4-byte sequence stays");
+
+    struct log_limit lim = {0};
+    long held = -1;
+    is_int(log_limit_due(&lim, 60000, &held), 1, "the first limited line is due");
+    is_int(held, 0, "nothing held back before the first");
+    is_int(log_limit_due(&lim, 60000, &held), 0, "the next one within the period is held back");
+    is_int(log_limit_due(&lim, 60000, &held), 0, "and the one after it");
+    lim.logged_ms -= 60000; /* the period has passed */
+    is_int(log_limit_due(&lim, 60000, &held), 1, "due again once the period passed");
+    is_int(held, 2, "with the two held back counted");
+    is_int(log_limit_due(&lim, 60000, &held), 0, "then held back again");
     return done();
 }
