@@ -218,14 +218,17 @@ void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int byte
     strbuf_init(&doorbell);
     strbuf_printf(&doorbell, "%s.\"%s_doorbell\"", schema_q, name);
     strbuf_init(&parked);
+    /* poison policy block: a row waits behind a parked row of its key with a lower id, never
+     * behind a later one (a row parked at once, an invalid topic, while an earlier row of its
+     * key was put back by a failed batch: the earlier row stayed PENDING until a requeue) */
     if (strcmp(cfg->poison_policy, "skip") != 0 && cfg->keep)
         strbuf_printf(&parked,
                       "   AND NOT EXISTS (SELECT 1 FROM %s.\"%s_parked\" f"
-                      " WHERE f.failed AND f.aggregate_id = p.aggregate_id)", schema_q, name);
+                      " WHERE f.failed AND f.aggregate_id = p.aggregate_id AND f.id < p.id)", schema_q, name);
     else if (strcmp(cfg->poison_policy, "skip") != 0)
         strbuf_printf(&parked,
                       "   AND NOT EXISTS (SELECT 1 FROM %s f"
-                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id)", t);
+                      " WHERE f.status = 'FAILED' AND f.aggregate_id = p.aggregate_id AND f.id < p.id)", t);
     struct strbuf from, skip, requeued, attempts;
     strbuf_init(&from);
     strbuf_init(&skip);

@@ -68,14 +68,20 @@ static void kick(struct relay *r)
         keep_check_send(r);
     } else if (keep_advance_due(r)) {
         keep_advance_send(r);
-    } else if (keep_audit_due(r)) {
-        keep_audit_send(r);
     } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
         doorbell_send_arm(r);
     } else if (floor_probe_due(r)) {
         floor_probe_send(r);
+    } else if (keep_audit_due(r) && !(r->keep.audit_last && claim_ready(r))) {
+        /* The audit's turns are due every OUTBOX_WATERMARK_AUDIT_MS / 256 (0 ms at its
+         * lowest setting) and may take longer than that: audit turns and claims alternate
+         * while both are wanted, as marks and claims do, and the probe goes first (before,
+         * a due audit starved both: no claim went and W stopped). */
+        r->keep.audit_last = 1;
+        keep_audit_send(r);
     } else if (claim_ready(r)) {
         r->claim.last_was_mark = 0;
+        r->keep.audit_last = 0;
         claim_send(r);
     } else if (r->win.n_state[ROW_ACKED]) {
         r->claim.last_was_mark = 1;
@@ -253,6 +259,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->test_send_fail_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FLUSH_FAIL_AFTER");
     r->test_flush_fail_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_BOTTOM_K");
+    r->test_bottom_k = hook ? atoi(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_REPEAT_LOG_MS");
     if (hook && atoll(hook) > 0)
         r->fail_log.every_ms = atoll(hook);

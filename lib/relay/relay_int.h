@@ -123,6 +123,7 @@ struct keep_state {
     int64_t advance_due_ms; /* monotonic */
     int64_t check_due_ms;
     int64_t audit_due_ms;   /* the next partition's audit */
+    int audit_last;         /* the last of the audit and the claim to go was the audit */
     int audit_next;         /* the partition after the one audited last */
     int audit_part;         /* the partition of the audit in flight */
     int64_t audit_from[OUTBOX_LEASE_PARTITIONS]; /* where each partition's next turn starts */
@@ -233,6 +234,8 @@ struct relay {
     long long test_fatal_after_dead_letter; /* a fatal producer error once the Nth dead-letter copy is queued */
     long long test_send_fail_after;        /* once this many were acked, a worker send fails */
     long long test_flush_fail_after;       /* once this many were acked, a worker flush fails */
+    int test_bottom_k;                     /* at most this many partitions per claim from the
+                                              bottom, as when such claims are slow (0: no cap) */
 #endif
 };
 
