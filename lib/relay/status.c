@@ -97,6 +97,18 @@ static void render_status(struct relay *r, struct strbuf *o)
     } else {
         strbuf_puts(o, "null");
     }
+    /* keep mode: W of each partition the relay holds and knows, live (the table's lags by up
+     * to KEEP_SAVE_MS) */
+    strbuf_puts(o, ",\"watermarks\":");
+    if (r->cfg->keep) {
+        strbuf_puts(o, "{");
+        for (int p = 0, n = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+            if (r->keep.known >> p & 1)
+                strbuf_printf(o, "%s\"%d\":%lld", n++ ? "," : "", p, (long long)r->keep.w[p]);
+        strbuf_puts(o, "}");
+    } else {
+        strbuf_puts(o, "null");
+    }
     strbuf_puts(o, "}\n");
 }
 

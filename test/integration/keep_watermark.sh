@@ -35,7 +35,14 @@ late=$(psqlc "SELECT last_value FROM outbox_id_seq")
 above=()
 for k in $(keys_in "$p" 5); do above+=("$(ins_key "$k")"); done
 wait_until 20 "the rows above the late one SENT" rows_are 5 "id > $late AND lease_partition = $p AND status = 'SENT'"
-sleep 1.5 # advances run every 500 ms: give W its chances to pass the late row, which it must not
+# advances run every 500 ms: give W its chances to pass the late row, which it must not. The
+# relay's live W (from /status, a snapshot every 0.5 s) is read through that time, and the
+# table's (which lags the live one by up to 2 s) after it.
+for i in 1 2 3 4 5 6 7 8; do
+    lw=$(live_w main "$p") || fail "reading the relay's live W of partition $p failed"
+    [ "$lw" -lt "$late" ] || fail "the relay's live W of partition $p is $lw, at or past the late row $late still open"
+    sleep 0.25
+done
 w=$(w_of "$p")
 [ "$w" -lt "$late" ] || fail "W of partition $p is $w, at or past the late row $late still open"
 recs=$(psqlc "SELECT count(*) FROM outbox_published WHERE lease_partition = $p AND top > $w")

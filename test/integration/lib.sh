@@ -227,6 +227,12 @@ outbox_all_view() { # [TABLE]: the view TABLE_all (default outbox_all over outbo
 # $1 (event type $2), its id printed (ins_key).
 part_of() { psqlc "SELECT ((hashtext('$1') & 2147483647) % 64)"; }
 w_of() { psqlc "SELECT coalesce((SELECT w FROM outbox_watermark WHERE lease_partition = $1), 0)"; }
+# live_w NAME P: relay NAME's own W of lease partition P, from /status (its table lags by up
+# to 2 s); fails when the scrape fails or the relay does not know that partition's W
+live_w() {
+    curl -sf "http://127.0.0.1:$(http_port "$1")/status" |
+        python3 -c "import json, sys; print(json.load(sys.stdin)['watermarks']['$2'])"
+}
 keys_in() { psqlc "SELECT string_agg(k, ' ') FROM (SELECT 'x' || g AS k FROM generate_series(1, 20000) g
                    WHERE ((hashtext('x' || g) & 2147483647) % 64) = $1 LIMIT $2) s"; }
 ins_key() { psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', '$1', '${2:-E}', '{}') RETURNING id"; }
