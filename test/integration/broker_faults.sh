@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # A real Kafka broker behind the project's fault proxy (test/tools/fault_proxy.c): while a
-# committed backlog drains and writers commit, the proxy resets every connection that has a
-# Produce request in flight (every 0.3-1.5 s), holds each response up to 40 ms, and swallows
-# one Produce response in 40 (the request then times out: request.timeout.ms is lowered to
-# 3 s so that costs seconds, not 30). The relay runs with librdkafka's default in-flight
+# committed backlog drains and writers commit, the proxy resets each connection 0.3-1.5 s
+# after it opens (at its first Produce request in flight from then), holds each response up
+# to 40 ms, and swallows one Produce response in 40 (the request then times out: the client
+# side of that is socket.timeout.ms, lowered to 3 s so that costs seconds, not 60 -
+# request.timeout.ms is the broker's ack timeout and does not end a request whose response
+# was lost).
+# (Until 2026-12 the proxy reset on one clock, every 0.3-1.5 s, the first connection with a
+# Produce in flight. CI failed broker_faults_keep: 8186 of the 10000 backlog rows SENT, then
+# nothing for 2 minutes. Reproduced with a 40000-row backlog, both modes: librdkafka doubles
+# its reconnect backoff on every connect made within 10 s of the last, so after a few resets
+# it waited 7.5-10 s to reconnect, found a reset already due, and had each new connection cut
+# at its first Produce ("after 2ms in state UP"): no row could get through, in any mode, and
+# whether the test passed depended on how many rows drained in the first seconds. A swallowed
+# response also stalled the relay 60 s, socket.timeout.ms's default.) The relay runs with librdkafka's default in-flight
 # requests per connection (5, with idempotence). Proof from Kafka alone: nothing lost, first
 # deliveries in per-key order, the faults really cut responses of Produce requests in flight,
 # and duplicates 0 - or, if the relay had to recreate its producer (a new producer id, whose
@@ -26,7 +36,10 @@ log "a committed backlog of 10000 rows"
 proxy delay 40
 proxy drop 40
 proxy reset 300 1500
-RELAY_ENV=(OUTBOX_MAX_INFLIGHT=$window OUTBOX_KAFKA_REQUEST_TIMEOUT_MS=3000 OUTBOX_BATCH_SIZE=500)
+# reconnect.backoff.max.ms 1 s (librdkafka's default 10 s): the client comes back within a
+# second of each reset, so the 25 s of faults cut about 15 connections, not 8
+RELAY_ENV=(OUTBOX_MAX_INFLIGHT=$window OUTBOX_KAFKA_REQUEST_TIMEOUT_MS=3000 OUTBOX_KAFKA_SOCKET_TIMEOUT_MS=3000
+    OUTBOX_KAFKA_RECONNECT_BACKOFF_MAX_MS=1000 OUTBOX_BATCH_SIZE=500)
 start_relay main >/dev/null
 # rows in flight, sampled every 0.2 s: never more than OUTBOX_MAX_INFLIGHT (README)
 sample_inflight() {

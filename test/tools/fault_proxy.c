@@ -14,8 +14,14 @@
  *                   what a client sent stays on the wire, beyond its reach, for MS ms
  *   drop N          swallow one Produce response in N at random (0: none); the connection
  *                   stays up, so the client sees its request time out
- *   reset MIN MAX   every MIN..MAX ms, reset (TCP RST) every connection with a Produce
- *                   request in flight (once due, at the first moment one is; 0 0: off)
+ *   reset MIN MAX   reset (TCP RST) each connection once it has been open a random MIN..MAX
+ *                   ms (drawn per connection; for those already open, from the command),
+ *                   at the first moment after that when it has a Produce request in flight;
+ *                   0 0: off. Drawn per connection, not on one clock for all: on one clock, a
+ *                   client whose reconnect backoff has grown past MAX (librdkafka doubles it
+ *                   on every connect made within reconnect.backoff.max.ms of the last, up to
+ *                   10 s) meets a reset already due on every new connection and has each one
+ *                   cut at its first Produce request - nothing gets through at all
  *   hold on|off     hold every response until "hold off" (a broker that never answers);
  *                   requests still reach the broker
  *   stats           prints one STATS line on stdout (below)
@@ -67,13 +73,13 @@ struct conn {
     struct response *queue, *queue_tail; /* answered, not yet passed on */
     int64_t last_release_ms;
     struct response *req_queue, *req_queue_tail; /* requests held back (delay_requests) */
+    int64_t reset_at_ms; /* reset at the first Produce in flight from then (INT64_MAX: never) */
 };
 
 static struct conn *conns[MAX_CONNS];
 static long long st_connections, st_produce_requests, st_produce_responses, st_delivered, st_dropped,
     st_resets, st_cut;
 static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold;
-static int64_t next_reset_ms = INT64_MAX;
 
 static int64_t now_ms(void)
 {
@@ -126,9 +132,10 @@ static void print_stats(void)
     fflush(stdout);
 }
 
-static void schedule_reset(void)
+/* When a connection opened (or told "reset" while open) at from_ms is to be reset. */
+static int64_t reset_deadline(int64_t from_ms)
 {
-    next_reset_ms = reset_max_ms > 0 ? now_ms() + reset_min_ms + rand_upto(reset_max_ms - reset_min_ms) : INT64_MAX;
+    return reset_max_ms > 0 ? from_ms + reset_min_ms + rand_upto(reset_max_ms - reset_min_ms) : INT64_MAX;
 }
 
 /* Produce requests of c whose response the client has not got: in flight or queued here. */
@@ -197,6 +204,7 @@ static void accept_one(int lfd, int target)
         die("out of memory");
     c->cfd = cfd;
     c->sfd = sfd;
+    c->reset_at_ms = reset_deadline(now_ms());
     conns[slot] = c;
     st_connections++;
 }
@@ -365,7 +373,10 @@ static int command(char *line)
     else if (sscanf(line, "reset %d %d", &a, &b) == 2 && a <= b) {
         reset_min_ms = a;
         reset_max_ms = b;
-        schedule_reset();
+        int64_t now = now_ms();
+        for (int i = 0; i < MAX_CONNS; i++)
+            if (conns[i])
+                conns[i]->reset_at_ms = reset_deadline(now);
     } else if (sscanf(line, "hold %15s", word) == 1 && (!strcmp(word, "on") || !strcmp(word, "off"))) {
         hold = !strcmp(word, "on");
         if (!hold) { /* release what was held, in order */
@@ -431,23 +442,21 @@ int main(int argc, char **argv)
             fprintf(stderr, "fault-proxy: deadline reached\n");
             break;
         }
-        if (now >= next_reset_ms) { /* armed until a connection has a Produce request in flight */
-            int reset = 0;
-            for (int i = 0; i < MAX_CONNS; i++) {
-                int pending = conns[i] ? produce_pending(conns[i]) : 0;
-                if (pending > 0) {
-                    st_cut += pending;
-                    st_resets++;
-                    reset = 1;
-                    conn_close(i, 1);
-                }
+        int64_t wake = deadline;
+        for (int i = 0; i < MAX_CONNS; i++) { /* due: reset at the first Produce in flight */
+            if (!conns[i] || conns[i]->reset_at_ms == INT64_MAX)
+                continue;
+            int pending = now >= conns[i]->reset_at_ms ? produce_pending(conns[i]) : 0;
+            if (pending > 0) {
+                st_cut += pending;
+                st_resets++;
+                conn_close(i, 1);
+            } else if (conns[i]->reset_at_ms < wake) {
+                wake = conns[i]->reset_at_ms;
             }
-            if (reset)
-                schedule_reset();
         }
         struct pollfd pfd[2 + 2 * MAX_CONNS];
         int owner[2 + 2 * MAX_CONNS], n = 0;
-        int64_t wake = deadline < next_reset_ms ? deadline : next_reset_ms;
         if (wake < now + 1)
             wake = now + 1; /* an armed reset waits for a request: look again each ms */
         pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN}, owner[n++] = -1;
