@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/backoff.h"
 #include "core/dsn.h"
@@ -27,6 +28,29 @@ struct hostlist {
 };
 
 enum pg_state { PG_DOWN, PG_CONNECTING, PG_IDLE, PG_BUSY, PG_STOPPED };
+
+/* Statements prepared in the current session, by text. A statement is parsed, analysed and
+ * (once PostgreSQL settles on a generic plan) planned once per session instead of on every
+ * call: the claim's planning cost more than its execution at a steady rate (docs/PERFORMANCE.md).
+ * Forgotten at every new connection; an entry whose execution failed is forgotten too (a
+ * changed table can make PostgreSQL refuse the cached plan), so the next call prepares the
+ * text again under a new name. When full, further texts run unprepared. */
+#define PREPARED_MAX 48
+
+struct prepared {
+    char *sql;   /* NULL: a free slot */
+    size_t len;
+    int nparams;
+    unsigned serial; /* its name: outbox_<pid>_<serial>, unique in the session */
+};
+
+/* A call waiting for its statement to be prepared: its parameters, copied. */
+struct pending_exec {
+    int slot, nparams;
+    char **values;
+    pgconn_result_cb cb;
+    void *ctx;
+};
 
 struct pgconn {
     struct ev_loop *loop;
@@ -52,6 +76,10 @@ struct pgconn {
     pgconn_result_cb query_cb;
     void *query_ctx;
     PGresult *first_result;
+    struct prepared prepared[PREPARED_MAX];
+    unsigned prepared_serial;
+    int exec_slot; /* the prepared statement in flight, or -1 */
+    struct pending_exec pending;
 #ifdef OUTBOX_TEST_HOOKS
     enum pgconn_test_fail test_fail; /* the next query's send or flush fails */
 #endif
@@ -167,6 +195,8 @@ struct pgconn *pgconn_new(struct ev_loop *loop, const char *name, const char *ds
     pg->cb = *cb;
     pg->ctx = ctx;
     pg->state = PG_STOPPED;
+    pg->exec_slot = -1;
+    pg->pending.slot = -1;
     backoff_init(&pg->backoff, 100, reconnect_max_ms);
     hostlist_init(&pg->hosts, pg->dsn);
     ev_init(&pg->io, io_cb);
@@ -193,8 +223,18 @@ static void watch(struct pgconn *pg, int events)
     ev_io_start(pg->loop, &pg->io);
 }
 
+static void forget_prepared(struct pgconn *pg)
+{
+    for (int i = 0; i < PREPARED_MAX; i++) {
+        free(pg->prepared[i].sql);
+        pg->prepared[i].sql = NULL;
+    }
+    pg->exec_slot = -1;
+}
+
 static void close_conn(struct pgconn *pg)
 {
+    forget_prepared(pg);
     ev_io_stop(pg->loop, &pg->io);
     ev_timer_stop(pg->loop, &pg->timer);
     if (pg->first_result) {
@@ -351,10 +391,19 @@ void pgconn_start(struct pgconn *pg)
     start_connect(pg);
 }
 
+static void pending_clear(struct pgconn *pg)
+{
+    for (int i = 0; i < pg->pending.nparams; i++)
+        free(pg->pending.values[i]);
+    free(pg->pending.values);
+    pg->pending = (struct pending_exec){.slot = -1};
+}
+
 void pgconn_stop(struct pgconn *pg)
 {
     pg->state = PG_STOPPED;
     close_conn(pg);
+    pending_clear(pg); /* a stopped connection calls back no more */
 }
 
 void pgconn_reset(struct pgconn *pg, const char *why)
@@ -374,6 +423,7 @@ void pgconn_free(struct pgconn *pg)
     free(pg->dsn_file);
     free(pg->dsn_origin);
     free(pg->setup_sql);
+    pending_clear(pg);
     hostlist_destroy(&pg->hosts);
     free(pg);
 }
@@ -407,7 +457,12 @@ static int flush_and_watch(struct pgconn *pg)
     return 0;
 }
 
-static int send_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values)
+/* What a send does: a simple query (setup, several statements), a statement with its text
+ * (unnamed, parsed and planned on the spot), or the preparation or execution of a named one. */
+enum send_kind { SEND_SIMPLE, SEND_PARAMS, SEND_PREPARE, SEND_PREPARED };
+
+static int send_query(struct pgconn *pg, enum send_kind kind, const char *sql_or_name, const char *sql,
+                      int nparams, const char *const *values)
 {
 #ifdef OUTBOX_TEST_HOOKS
     if (pg->test_fail == PGCONN_TEST_FAIL_SEND) { /* nothing was sent */
@@ -416,8 +471,21 @@ static int send_query(struct pgconn *pg, const char *sql, int nparams, const cha
         return -1;
     }
 #endif
-    int ok = nparams < 0 ? PQsendQuery(pg->conn, sql)
-                         : PQsendQueryParams(pg->conn, sql, nparams, NULL, values, NULL, NULL, 0);
+    int ok = 0;
+    switch (kind) {
+    case SEND_SIMPLE:
+        ok = PQsendQuery(pg->conn, sql_or_name);
+        break;
+    case SEND_PARAMS:
+        ok = PQsendQueryParams(pg->conn, sql_or_name, nparams, NULL, values, NULL, NULL, 0);
+        break;
+    case SEND_PREPARE:
+        ok = PQsendPrepare(pg->conn, sql_or_name, sql, nparams, NULL);
+        break;
+    case SEND_PREPARED:
+        ok = PQsendQueryPrepared(pg->conn, sql_or_name, nparams, values, NULL, NULL, 0);
+        break;
+    }
     if (!ok) {
         conn_error(pg);
         return -1;
@@ -456,7 +524,7 @@ static void connected(struct pgconn *pg)
     pg->state = PG_BUSY;
     pg->query_cb = setup_done;
     pg->query_ctx = pg;
-    send_query(pg, pg->setup_sql, -1, NULL);
+    send_query(pg, SEND_SIMPLE, pg->setup_sql, NULL, 0, NULL);
 }
 
 static void poll_connect(struct pgconn *pg)
@@ -488,7 +556,91 @@ int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *co
     pg->state = PG_BUSY;
     pg->query_cb = cb;
     pg->query_ctx = ctx;
-    return send_query(pg, sql, nparams, values);
+    pg->exec_slot = -1;
+    return send_query(pg, SEND_PARAMS, sql, NULL, nparams, values);
+}
+
+static void prepared_name(const struct pgconn *pg, int slot, char *name, size_t size)
+{
+    /* the process id too: a pooled server session may hold another client's statements */
+    snprintf(name, size, "outbox_%ld_%u", (long)getpid(), pg->prepared[slot].serial);
+}
+
+static int exec_prepared(struct pgconn *pg, int slot, int nparams, const char *const *values,
+                         pgconn_result_cb cb, void *ctx)
+{
+    char name[32];
+    prepared_name(pg, slot, name, sizeof(name));
+    pg->state = PG_BUSY;
+    pg->query_cb = cb;
+    pg->query_ctx = ctx;
+    pg->exec_slot = slot;
+    return send_query(pg, SEND_PREPARED, name, NULL, nparams, values);
+}
+
+/* The preparation's result: on success the call that waited is executed; otherwise its
+ * callback gets the error (or NULL: the connection was lost). */
+static void prepare_done(void *ctx, PGresult *res)
+{
+    struct pgconn *pg = ctx;
+    struct pending_exec p = pg->pending;
+    pg->pending = (struct pending_exec){.slot = -1};
+    if (res && pgconn_result_ok(res) && pg->conn && pg->prepared[p.slot].sql) {
+        PQclear(res);
+        exec_prepared(pg, p.slot, p.nparams, (const char *const *)p.values, p.cb, p.ctx);
+    } else {
+        if (res && pg->prepared[p.slot].sql) { /* not prepared: forget it */
+            free(pg->prepared[p.slot].sql);
+            pg->prepared[p.slot].sql = NULL;
+        }
+        if (p.cb)
+            p.cb(p.ctx, res);
+        else
+            PQclear(res);
+    }
+    for (int i = 0; i < p.nparams; i++)
+        free(p.values[i]);
+    free(p.values);
+}
+
+int pgconn_query_prepared(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
+                          pgconn_result_cb cb, void *ctx)
+{
+    if (pg->state != PG_IDLE)
+        return -1;
+    size_t len = strlen(sql);
+    int free_slot = -1;
+    for (int i = 0; i < PREPARED_MAX; i++) {
+        struct prepared *e = &pg->prepared[i];
+        if (!e->sql) {
+            if (free_slot < 0)
+                free_slot = i;
+            continue;
+        }
+        if (e->len == len && e->nparams == nparams && memcmp(e->sql, sql, len) == 0)
+            return exec_prepared(pg, i, nparams, values, cb, ctx);
+    }
+    if (free_slot < 0)
+        return pgconn_query(pg, sql, nparams, values, cb, ctx);
+    struct prepared *e = &pg->prepared[free_slot];
+    e->sql = xstrdup(sql);
+    e->len = len;
+    e->nparams = nparams;
+    e->serial = ++pg->prepared_serial;
+    pg->pending.slot = free_slot;
+    pg->pending.nparams = nparams;
+    pg->pending.values = nparams > 0 ? xcalloc((size_t)nparams, sizeof(char *)) : NULL;
+    for (int i = 0; i < nparams; i++)
+        pg->pending.values[i] = values[i] ? xstrdup(values[i]) : NULL;
+    pg->pending.cb = cb;
+    pg->pending.ctx = ctx;
+    char name[32];
+    prepared_name(pg, free_slot, name, sizeof(name));
+    pg->state = PG_BUSY;
+    pg->query_cb = prepare_done;
+    pg->query_ctx = pg;
+    pg->exec_slot = -1;
+    return send_query(pg, SEND_PREPARE, name, sql, nparams, NULL);
 }
 
 #ifdef OUTBOX_TEST_HOOKS
@@ -543,6 +695,13 @@ static void read_results(struct pgconn *pg)
             lost(pg, "server is read-only");
             return;
         }
+        if (pg->exec_slot >= 0 && PQresultStatus(first) == PGRES_FATAL_ERROR) {
+            /* e.g. "cached plan must not change result type" after the table changed: the
+             * next call prepares the text anew (the old name stays until the session ends) */
+            free(pg->prepared[pg->exec_slot].sql);
+            pg->prepared[pg->exec_slot].sql = NULL;
+        }
+        pg->exec_slot = -1;
         pgconn_result_cb cb = pg->query_cb;
         void *ctx = pg->query_ctx;
         pg->first_result = NULL;

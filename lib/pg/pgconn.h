@@ -1,6 +1,7 @@
 /* One non-blocking PostgreSQL connection driven by the libev loop: asynchronous
  * connect (PQconnectStartParams/PQconnectPoll), one query at a time with
- * PQsendQueryParams, notifications, and reconnect with capped backoff. Never blocks. */
+ * PQsendQueryParams or a statement prepared once per session, notifications, and reconnect
+ * with capped backoff. Never blocks. */
 #ifndef OUTBOX_PGCONN_H
 #define OUTBOX_PGCONN_H
 
@@ -51,6 +52,11 @@ int pgconn_idle(const struct pgconn *pg);      /* set up and no query in flight 
  * on_lost, both inside this call. */
 int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
                  pgconn_result_cb cb, void *ctx);
+/* The same for a statement sent again and again: prepared once per session (the first call
+ * costs one more round trip), then executed by name, so PostgreSQL parses it once and, once
+ * it settles on a generic plan, plans it once. Must be one statement. */
+int pgconn_query_prepared(struct pgconn *pg, const char *sql, int nparams, const char *const *values,
+                          pgconn_result_cb cb, void *ctx);
 
 #ifdef OUTBOX_TEST_HOOKS
 /* Test builds: the next pgconn_query fails as if PQsendQueryParams (PGCONN_TEST_FAIL_SEND)

@@ -91,7 +91,7 @@ static void send_long_tx(struct monitor *mon)
     char secs[16];
     snprintf(secs, sizeof(secs), "%d", mon->cfg->long_tx_seconds);
     const char *params[1] = {secs};
-    if (pgconn_query(mon->conn, mon->sql->long_tx, 1, params, long_tx_done, mon) != 0)
+    if (pgconn_query_prepared(mon->conn, mon->sql->long_tx, 1, params, long_tx_done, mon) != 0)
         mon->step = STEP_IDLE;
 }
 
@@ -153,7 +153,7 @@ static void long_tx_done(void *ctx, PGresult *res)
     }
     PQclear(res);
     mon->step = STEP_XMIN_HOLDER;
-    if (pgconn_query(mon->conn, mon->sql->xmin_holder, 0, NULL, xmin_holder_done, mon) != 0)
+    if (pgconn_query_prepared(mon->conn, mon->sql->xmin_holder, 0, NULL, xmin_holder_done, mon) != 0)
         mon->step = STEP_IDLE;
 }
 
@@ -326,7 +326,7 @@ static void next(struct monitor *mon)
     if (mon->step != STEP_IDLE || !pgconn_idle(mon->conn))
         return;
     if (!mon->duplicates_done) {
-        if (pgconn_query(mon->conn, mon->sql->duplicates, 0, NULL, duplicates_done, mon) == 0)
+        if (pgconn_query_prepared(mon->conn, mon->sql->duplicates, 0, NULL, duplicates_done, mon) == 0)
             mon->step = STEP_DUPLICATES;
         return;
     }
@@ -340,13 +340,13 @@ static void next(struct monitor *mon)
         char cap[16];
         snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
         const char *params[1] = {cap};
-        if (pgconn_query(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
+        if (pgconn_query_prepared(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
             mon->step = STEP_STATS;
         return;
     }
     if (mon->orphans_due && mon->sql->orphans) {
         mon->orphans_due = 0;
-        if (pgconn_query(mon->conn, mon->sql->orphans, 0, NULL, orphans_done, mon) == 0)
+        if (pgconn_query_prepared(mon->conn, mon->sql->orphans, 0, NULL, orphans_done, mon) == 0)
             mon->step = STEP_ORPHANS;
         return;
     }
@@ -357,7 +357,7 @@ static void next(struct monitor *mon)
         /* no drop while keep mode's premises fail their check (a rewound sequence): a
          * record may then name an id a new row got again */
         const char *params[1] = {mon->cfg->retention_seconds > 0 && !mon->m->keep_blocked ? secs : NULL};
-        if (pgconn_query(mon->conn, mon->sql->partitions, 1, params, partitions_done, mon) == 0)
+        if (pgconn_query_prepared(mon->conn, mon->sql->partitions, 1, params, partitions_done, mon) == 0)
             mon->step = STEP_PARTITIONS;
         return;
     }
@@ -368,7 +368,7 @@ static void next(struct monitor *mon)
         snprintf(window, sizeof(window), "%d", PURGE_WINDOW);
         snprintf(secs, sizeof(secs), "%d", mon->cfg->retention_seconds);
         const char *params[3] = {after, window, secs};
-        if (pgconn_query(mon->conn, mon->sql->purge, 3, params, purge_done, mon) == 0)
+        if (pgconn_query_prepared(mon->conn, mon->sql->purge, 3, params, purge_done, mon) == 0)
             mon->step = STEP_PURGE;
     }
 }

@@ -118,7 +118,7 @@ int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql
 #endif
     r->stmt = stmt;
     r->stmt_sent_ms = mono_ms();
-    return pgconn_query(r->worker, sql, nparams, params, worker_done, r);
+    return pgconn_query_prepared(r->worker, sql, nparams, params, worker_done, r);
 }
 
 /* ---- schema version check, once per worker connection --------------------- */
