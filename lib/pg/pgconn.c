@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/backoff.h"
@@ -17,6 +18,8 @@
 
 #define CONNECT_TIMEOUT_S 10 /* per host, unless the DSN sets connect_timeout */
 #define SQLSTATE_READ_ONLY "25006"
+#define SQLSTATE_PLAN_CHANGED "0A000" /* feature_not_supported: a cached plan's result type changed */
+#define SQLSTATE_NO_PREPARED "26000"  /* invalid_sql_statement_name */
 
 /* The DSN's host list, kept to rotate where an attempt starts. */
 struct hostlist {
@@ -32,16 +35,17 @@ enum pg_state { PG_DOWN, PG_CONNECTING, PG_IDLE, PG_BUSY, PG_STOPPED };
 /* Statements prepared in the current session, by text. A statement is parsed, analysed and
  * (once PostgreSQL settles on a generic plan) planned once per session instead of on every
  * call: the claim's planning cost more than its execution at a steady rate (docs/PERFORMANCE.md).
- * Forgotten at every new connection; an entry whose execution failed is forgotten too (a
- * changed table can make PostgreSQL refuse the cached plan), so the next call prepares the
- * text again under a new name. When full, further texts run unprepared. */
+ * Forgotten at every new connection; an entry is forgotten too when its preparation failed,
+ * or its execution because a changed table made PostgreSQL refuse the cached plan or the
+ * statement is gone: the next call prepares the text again under a new name. Other errors
+ * (a timeout, a conflict) leave it prepared. When full, further texts run unprepared. */
 #define PREPARED_MAX 48
 
 struct prepared {
     char *sql;   /* NULL: a free slot */
     size_t len;
     int nparams;
-    unsigned serial; /* its name: outbox_<pid>_<serial>, unique in the session */
+    unsigned serial; /* in its name (prepared_name) */
 };
 
 /* A call waiting for its statement to be prepared: its parameters, copied. */
@@ -77,8 +81,8 @@ struct pgconn {
     void *query_ctx;
     PGresult *first_result;
     struct prepared prepared[PREPARED_MAX];
-    unsigned prepared_serial;
     int exec_slot; /* the prepared statement in flight, or -1 */
+    int no_prepare; /* a prepared statement was lost (a pooler): statements go unprepared */
     struct pending_exec pending;
 #ifdef OUTBOX_TEST_HOOKS
     enum pgconn_test_fail test_fail; /* the next query's send or flush fails */
@@ -560,10 +564,14 @@ int pgconn_query(struct pgconn *pg, const char *sql, int nparams, const char *co
     return send_query(pg, SEND_PARAMS, sql, NULL, nparams, values);
 }
 
+/* Statement names: a number drawn once per process and a counter of the process, so that a
+ * server session reused through a pooler (whose reset query may not deallocate) never holds
+ * one of these names from another connection or process. */
+static unsigned prepared_nonce, prepared_counter;
+
 static void prepared_name(const struct pgconn *pg, int slot, char *name, size_t size)
 {
-    /* the process id too: a pooled server session may hold another client's statements */
-    snprintf(name, size, "outbox_%ld_%u", (long)getpid(), pg->prepared[slot].serial);
+    snprintf(name, size, "outbox_%08x_%u", prepared_nonce, pg->prepared[slot].serial);
 }
 
 static int exec_prepared(struct pgconn *pg, int slot, int nparams, const char *const *values,
@@ -585,7 +593,11 @@ static void prepare_done(void *ctx, PGresult *res)
     struct pgconn *pg = ctx;
     struct pending_exec p = pg->pending;
     pg->pending = (struct pending_exec){.slot = -1};
-    if (res && pgconn_result_ok(res) && pg->conn && pg->prepared[p.slot].sql) {
+    if (res && (!pg->conn || !pg->prepared[p.slot].sql)) { /* cannot happen: as if lost */
+        PQclear(res);
+        res = NULL;
+    }
+    if (res && pgconn_result_ok(res)) {
         PQclear(res);
         exec_prepared(pg, p.slot, p.nparams, (const char *const *)p.values, p.cb, p.ctx);
     } else {
@@ -608,6 +620,8 @@ int pgconn_query_prepared(struct pgconn *pg, const char *sql, int nparams, const
 {
     if (pg->state != PG_IDLE)
         return -1;
+    if (pg->no_prepare)
+        return pgconn_query(pg, sql, nparams, values, cb, ctx);
     size_t len = strlen(sql);
     int free_slot = -1;
     for (int i = 0; i < PREPARED_MAX; i++) {
@@ -626,7 +640,13 @@ int pgconn_query_prepared(struct pgconn *pg, const char *sql, int nparams, const
     e->sql = xstrdup(sql);
     e->len = len;
     e->nparams = nparams;
-    e->serial = ++pg->prepared_serial;
+    if (!prepared_nonce) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        prepared_nonce = ((unsigned)getpid() * 2654435761u) ^ (unsigned)ts.tv_nsec ^ (unsigned)ts.tv_sec;
+        prepared_nonce |= 1;
+    }
+    e->serial = ++prepared_counter;
     pg->pending.slot = free_slot;
     pg->pending.nparams = nparams;
     pg->pending.values = nparams > 0 ? xcalloc((size_t)nparams, sizeof(char *)) : NULL;
@@ -695,11 +715,20 @@ static void read_results(struct pgconn *pg)
             lost(pg, "server is read-only");
             return;
         }
-        if (pg->exec_slot >= 0 && PQresultStatus(first) == PGRES_FATAL_ERROR) {
-            /* e.g. "cached plan must not change result type" after the table changed: the
-             * next call prepares the text anew (the old name stays until the session ends) */
+        const char *state = pgconn_sqlstate(first);
+        if (pg->exec_slot >= 0 && (strcmp(state, SQLSTATE_PLAN_CHANGED) == 0 || strcmp(state, SQLSTATE_NO_PREPARED) == 0)) {
+            /* the table changed under the cached plan ("cached plan must not change result
+             * type"), or the statement is gone: the next call prepares the text anew (a
+             * changed plan's old name stays until the session ends) */
             free(pg->prepared[pg->exec_slot].sql);
             pg->prepared[pg->exec_slot].sql = NULL;
+            if (strcmp(state, SQLSTATE_NO_PREPARED) == 0 && !pg->no_prepare) {
+                /* a session loses what it prepared only behind a pooler in transaction mode
+                 * (which the start-up check cannot see when PostgreSQL was down then) */
+                log_warn("pg %s: a statement this session prepared is gone (a connection pooler in "
+                         "transaction mode?); sending statements unprepared from now on", pg->name);
+                pg->no_prepare = 1;
+            }
         }
         pg->exec_slot = -1;
         pgconn_result_cb cb = pg->query_cb;

@@ -494,6 +494,34 @@ static void mark_fail(struct relay *r, PGresult *res)
 {
     (void)res;
     window_move(&r->win, ROW_MARKING, ROW_ACKED);
+    r->claim.acked_since_ms = 1; /* waited already: due at the next turn */
+}
+
+/* Whether the acknowledged rows are to be recorded now. Groups of acknowledgements arrive a
+ * few rows at a time at low rates, and each record is a statement and a commit: they wait
+ * up to OUTBOX_MARK_DELAY_MS for more (a timer wakes the loop then). Not while stopping or
+ * resetting, nor while isolating a row (the next one-row claim waits for this record), nor
+ * once they are half a statement's worth, nor while the window is half full or too full for
+ * the next claim (claims would wait for them). */
+int mark_due(struct relay *r)
+{
+    size_t acked = r->win.n_state[ROW_ACKED];
+    if (!acked)
+        return 0;
+    size_t max = (size_t)r->cfg->max_inflight;
+    int64_t max_bytes = r->cfg->max_inflight_bytes;
+    if (r->cfg->mark_delay_ms <= 0 || r->mode != MODE_RUNNING || r->reset.isolate_until_id ||
+        acked >= MARK_MAX_IDS / 2 || r->win.n * 2 >= max || r->win.n + (size_t)r->cfg->batch_size > max ||
+        r->win.bytes * 2 >= max_bytes)
+        return 1;
+    int64_t wait = r->claim.acked_since_ms + r->cfg->mark_delay_ms - mono_ms();
+    if (wait <= 0)
+        return 1;
+    if (!ev_is_active(&r->claim.mark_timer)) {
+        ev_timer_set(&r->claim.mark_timer, (double)wait / 1000.0, 0.0);
+        ev_timer_start(r->loop, &r->claim.mark_timer);
+    }
+    return 0;
 }
 
 static const struct worker_stmt mark_stmt = {
@@ -512,14 +540,20 @@ void mark_send(struct relay *r)
     strbuf_init(&ids);
     strbuf_init(&parts);
     window_take(&r->win, ROW_ACKED, ROW_MARKING, MARK_MAX_IDS, &ids);
+    if (!r->win.n_state[ROW_ACKED]) {
+        r->claim.acked_since_ms = 0;
+        ev_timer_stop(r->loop, &r->claim.mark_timer);
+    }
     if (r->cfg->keep) /* their lease partitions, in the same order */
         window_parts_literal(&r->win, ROW_MASK(ROW_MARKING), &parts);
     char high[24], key[16];
     snprintf(high, sizeof(high), "%lld", (long long)window_high_id(&r->win));
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
     const char *params[5] = {ids.buf, r->cfg->relay_name, high, parts.buf, key};
-    if (worker_send(r, &mark_stmt, r->sql.mark, r->cfg->keep ? 5 : 3, params) != 0)
+    if (worker_send(r, &mark_stmt, r->sql.mark, r->cfg->keep ? 5 : 3, params) != 0) {
         window_move(&r->win, ROW_MARKING, ROW_ACKED);
+        r->claim.acked_since_ms = 1;
+    }
     strbuf_destroy(&ids);
     strbuf_destroy(&parts);
 }

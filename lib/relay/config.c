@@ -39,6 +39,11 @@ static const struct setting settings[] = {
      "33554432", 1048576, 1073741824, NULL,
      "most payload bytes claimed but not yet marked, and the producer queue's limit: the "
      "relay's memory beyond about 20 MB is at most about twice this"},
+    {"OUTBOX_MARK_DELAY_MS", "mark-delay-ms", SETTING_INT, OFF(mark_delay_ms), "10", 0, 1000, NULL,
+     "longest wait for more acknowledged rows before recording them as sent (mark, delete, "
+     "keep's record): fewer, larger statements at low rates; 0 records each group at once. "
+     "Publishing is not delayed; a crash in between publishes them again, as any "
+     "acknowledged row not yet recorded"},
     {"OUTBOX_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", SETTING_INT, OFF(shutdown_timeout_ms),
      "10000", 0, 3600000, NULL, "on SIGTERM, longest wait for in-flight deliveries"},
     {"OUTBOX_STATEMENT_TIMEOUT_MS", "statement-timeout-ms", SETTING_INT,

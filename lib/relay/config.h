@@ -20,6 +20,7 @@ struct config {
     int max_inflight;
     int max_inflight_bytes;
     int shutdown_timeout_ms;
+    int mark_delay_ms; /* longest wait for more acknowledged rows before recording them */
     int statement_timeout_ms;
     int reconnect_max_ms;
     char *http_addr;

@@ -173,6 +173,8 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
         return;
     }
     window_set_state(&r->win, row, ROW_ACKED);
+    if (!r->claim.acked_since_ms)
+        r->claim.acked_since_ms = mono_ms();
     r->m.published_total++;
     histogram_observe(&r->m.latency, (double)(wall_ms() - row->created_ms) / 1000.0);
     if (r->reset.isolate_until_id) {

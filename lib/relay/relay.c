@@ -55,7 +55,7 @@ static void kick(struct relay *r)
         poison_send_update(r);
     } else if (lease_send_next(r) == 0) {
         /* lease log, release or scan */
-    } else if (r->win.n_state[ROW_ACKED] && !(r->claim.last_was_mark && claim_ready(r))) {
+    } else if (mark_due(r) && !(r->claim.last_was_mark && claim_ready(r))) {
         /* Marks and claims alternate while both are wanted, so that acknowledgements
          * arriving in small groups cannot starve claiming (and the in-flight window
          * stays full while Kafka works). */
@@ -83,7 +83,7 @@ static void kick(struct relay *r)
         r->claim.last_was_mark = 0;
         r->keep.audit_last = 0;
         claim_send(r);
-    } else if (r->win.n_state[ROW_ACKED]) {
+    } else if (mark_due(r)) {
         r->claim.last_was_mark = 1;
         mark_send(r);
     }
@@ -213,6 +213,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->retry_timer.data = r;
     ev_init(&r->shutdown_timer, shutdown_timeout_cb);
     r->shutdown_timer.data = r;
+    ev_init(&r->claim.mark_timer, retry_cb); /* a kick, once the wait for more is over */
+    r->claim.mark_timer.data = r;
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
@@ -291,6 +293,7 @@ void relay_free(struct relay *r)
     ev_timer_stop(r->loop, &r->retry_timer);
     ev_timer_stop(r->loop, &r->reset.timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
+    ev_timer_stop(r->loop, &r->claim.mark_timer);
     ev_timer_stop(r->loop, &r->lease.timer);
     status_stop(r);
     ev_prepare_stop(r->loop, &r->kick_prepare);

@@ -44,6 +44,8 @@ struct claim_state {
     int quota;           /* rows per partition in the claim in flight */
     int wanted;
     int last_was_mark;   /* the previous worker statement was a mark */
+    int64_t acked_since_ms; /* monotonic: when the oldest acknowledged row waiting to be marked was (0: none) */
+    ev_timer mark_timer; /* OUTBOX_MARK_DELAY_MS's wait */
     struct pg_bytes payloads; /* res's payloads decoded, when the column is bytea */
     long long budget;    /* the byte budget the claim in flight was sent with */
     int limit;           /* its row limit */
@@ -274,6 +276,7 @@ void floor_probe_send(struct relay *r);
 void claim_back_off(struct relay *r);
 void claim_send(struct relay *r);
 void mark_send(struct relay *r);
+int mark_due(struct relay *r);
 void doorbell_send_arm(struct relay *r);
 void poll_init(struct relay *r);
 

@@ -29,8 +29,12 @@ stop_relay main || fail "relay exited with $? on SIGTERM"
 # the audit (under the lease) publishes it; retention then deletes it
 RELAY_ENV=(OUTBOX_RETENTION=1s OUTBOX_WATERMARK_AUDIT_MS=640)
 start_relay audit >/dev/null
-wait_until 30 "the audit publishing row $hole" metric_at_least audit outbox_watermark_gaps_total 1
-wait_until 30 "row $hole published" eval '[ "$(psqlc "SELECT count(*) FROM outbox_parked WHERE id = '"$hole"'")" = 0 ]'
+# (the only row left to publish: every other one is recorded. Until 2026-12 this waited for
+# outbox_watermark_gaps_total and for no outbox_parked entry of the row: retention's own
+# first pass counts the gap, and the row never has a parked entry, so both held at once and
+# CI stopped the relay before its audit had published anything - "0 rows published", id 21
+# lost in the check. Reproduced by running the test with the audit off in this relay.)
+wait_until 30 "the audit publishing row $hole" metric_at_least audit outbox_published_total 1
 stop_relay audit || fail "relay exited with $? on SIGTERM"
 check_inserted "$TOPIC_PREFIX.order" || fail "rows lost (deleted unpublished?), repeated or out of key order"
 log "ok: $(cat "$WORK/check.out")"
