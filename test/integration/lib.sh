@@ -63,10 +63,34 @@ cleanup() {
         image_bh umount "$IMAGE_CTR" >/dev/null 2>&1 || true
         image_bh rm "$IMAGE_CTR" >/dev/null 2>&1 || true
     fi
+    [ -z "${ONE_AT_A_TIME_DIR:-}" ] || rm -rf "$ONE_AT_A_TIME_DIR"
     if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$WORK"; fi
     exit "$rc"
 }
 trap cleanup EXIT
+
+# one_at_a_time GROUP: waits until no other test of GROUP runs, then holds GROUP until this
+# test ends (a directory beside the suite's servers naming this shell's pid; taken over when
+# its holder is gone). For tests that may run beside others but would overrun a shared
+# server together: leases_rabbitmq and its delete and keep variants, nine relays each
+# publishing to the suite's one RabbitMQ node (three at once drew no confirm within 30 s).
+one_at_a_time() {
+    local dir=${RELAYTEST_SERVERS_DIR:-/tmp}/one-at-a-time.$1 waited=0 holder
+    until mkdir "$dir" 2>/dev/null; do
+        holder=$(cat "$dir/pid" 2>/dev/null || true)
+        if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
+            rm -rf "$dir"
+            continue
+        fi
+        [ "$waited" != 0 ] || log "waiting for another test of group $1 ($holder) to end"
+        waited=$((waited + 1))
+        [ "$waited" -lt 600 ] || fail "another test of group $1 ran for more than 600 s"
+        sleep 1
+    done
+    echo $$ >"$dir/pid"
+    ONE_AT_A_TIME_DIR=$dir
+    [ "$waited" = 0 ] || log "group $1 taken after ${waited} s"
+}
 
 # The container image (deploy/image.sh) of this source tree: its tag names a hash of the
 # tracked files, so the tests that run the image build it once and share it.
@@ -414,7 +438,7 @@ check() {
         local flags=()
         while [ $# -gt 0 ]; do
             case $1 in
-            --exact) flags+=(--exact) ;;
+            --exact | --require-lease | --values) flags+=("$1") ;;
             --max-duplicates) flags+=(--max-duplicates "$2"); shift ;;
             *) log "check: $1 has no counterpart in the RabbitMQ check (amqp-check)"; return 2 ;;
             esac
@@ -579,6 +603,27 @@ proxied_cleanup() {
     TEST_RC=${TEST_RC:-$?}
     kill "$PROXY_PID" 2>/dev/null || true
     bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$PK" 2>/dev/null || true
+    cleanup
+}
+# proxied_rabbitmq: the same fault proxy (raw: AMQP is not framed as Kafka's requests, so only
+# delay, delay_requests and hold apply) in front of the suite's RabbitMQ node; PROXIED_AMQP_URL
+# reaches the node through it, AMQP_URL stays direct. `proxy` and `proxy_stat` as above.
+proxied_rabbitmq() {
+    PROXY_PORT=$(free_port)
+    mkfifo "$WORK/proxy.in"
+    "$RELAYTEST_PROXY_BIN" --raw --listen "$PROXY_PORT" --target "$RELAYTEST_RABBITMQ_PORT" \
+        --deadline "${PROXY_DEADLINE:-600}" <"$WORK/proxy.in" >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
+    PROXY_PID=$!
+    exec 8>"$WORK/proxy.in"
+    trap proxied_rabbitmq_cleanup EXIT
+    wait_until 10 "fault proxy listening" grep -q LISTENING "$WORK/proxy.out"
+    PROXIED_AMQP_URL=amqp://guest:guest@127.0.0.1:$PROXY_PORT
+    log "RabbitMQ on 127.0.0.1:$RELAYTEST_RABBITMQ_PORT, through the fault proxy on 127.0.0.1:$PROXY_PORT"
+    PROXY_SENT=0
+}
+proxied_rabbitmq_cleanup() {
+    TEST_RC=${TEST_RC:-$?}
+    kill "$PROXY_PID" 2>/dev/null || true
     cleanup
 }
 proxy_applied() { [ "$(grep -c '^fault-proxy: done ' "$WORK/proxy.err")" -ge "$PROXY_SENT" ]; }

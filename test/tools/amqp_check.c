@@ -10,16 +10,30 @@
  *       declares a durable exchange of TYPE (direct, fanout, topic, headers)
  *   amqp-check depth URL QUEUE
  *       prints the queue's ready messages
- *   amqp-check check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order] [--idle-ms N]
- *       consumes QUEUE until it stays empty for N ms (default 2000) and compares it with
- *       EXPECTED (TSV: id, event_id, aggregate_id, as the integration tests write it): every
- *       row's message there (message_id = event_id), no other message, per-key order of first
- *       deliveries (ids ascending within an aggregate_id), and each message persistent with
- *       the headers event_id = message_id and aggregate_id = the row's, and app_id set;
- *       --exact: no duplicates either (--max-duplicates N: at most N); --any-order: order violations are counted, not
- *       failed. Prints one line
+ *   amqp-check check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order]
+ *                    [--require-lease] [--values] [--idle-ms N] [--wait-ms N]
+ *       consumes QUEUE and compares it with EXPECTED (TSV: id, event_id, aggregate_id and
+ *       optionally the value, as the integration tests write it): every row's message there
+ *       (message_id = event_id), no other message, per-key order of first deliveries (ids
+ *       ascending within an aggregate_id), and each message persistent with the headers
+ *       event_id = message_id and aggregate_id = the row's, and app_id set. It consumes until
+ *       every expected row has arrived and then the queue stays empty for --idle-ms (default
+ *       2000: duplicates still on their way); while rows are missing it waits up to --wait-ms
+ *       (default 10000) for the next message, then stops and fails.
+ *       --exact: no duplicates either (--max-duplicates N: at most N); --any-order: order
+ *       violations are counted, not failed; --values: each message's body is the row's value
+ *       (EXPECTED's fourth column: 'x' and the bytes in hex, or '-' for none: an empty body).
+ *       Lease fencing, as outbox-check does it: a message whose outbox_lease header reads
+ *       P/TOKEN (the lease partition and the token of the acquisition that published it) is
+ *       counted in fenced; one whose token is older than a token of P already seen on a first
+ *       delivery is a stale duplicate when its event arrived before (harmless: what a relay
+ *       that lost the lease had sent before it knew) and a fencing violation when it is the
+ *       event's first delivery (a stale relay published a row first); --require-lease also
+ *       fails a message without a readable outbox_lease header (lease_missing).
+ *       EXPECTED with no row, or a malformed line, is a usage error. Prints one line
  *       CHECK expected=N received=N unique=N duplicates=N missing=N unexpected=N
- *             order_violations=N bad_properties=N
+ *             order_violations=N bad_properties=N fenced=N stale_duplicates=N
+ *             fencing_violations=N lease_missing=N value_mismatches=N
  *       and exits 1 when a condition fails (2 on a usage or connection error). */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +47,8 @@ struct row {
     long long id;
     char *event_id;
     char *key;
+    char *value_hex; /* NULL: no value column, or '-' (no payload) */
+    int has_value;   /* the fourth column was there */
     int seen;
 };
 
@@ -138,7 +154,12 @@ static void load_expected(const char *path)
         line[strcspn(line, "\n")] = 0;
         if (!line[0])
             continue;
-        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t");
+        char *id = strtok(line, "\t"), *ev = strtok(NULL, "\t"), *key = strtok(NULL, "\t"),
+             *value = strtok(NULL, "\t");
+        if (value && strcmp(value, "-") != 0 && value[0] != 'x') {
+            fprintf(stderr, "amqp-check: %s: a malformed value (want 'x' and hex, or '-')\n", path);
+            exit(2);
+        }
         if (!id || !ev || !key || atoll(id) <= 0) {
             fprintf(stderr, "amqp-check: %s: a malformed line (want id, event_id, key, tab-separated)\n", path);
             exit(2);
@@ -150,7 +171,8 @@ static void load_expected(const char *path)
                 abort();
             rows = grown;
         }
-        rows[n_rows++] = (struct row){atoll(id), strdup(ev), strdup(key), 0};
+        rows[n_rows++] = (struct row){atoll(id), strdup(ev), strdup(key),
+                                      value && value[0] == 'x' ? strdup(value + 1) : NULL, value != NULL, 0};
     }
     fclose(f);
     if (n_rows == 0) { /* a check against nothing would pass whatever the queue holds */
@@ -189,7 +211,42 @@ static int header_is(const amqp_basic_properties_t *p, const char *name, const c
     return 0;
 }
 
-/* per key: the highest id first delivered so far */
+/* The outbox_lease header's P/TOKEN (it reads P/TOKEN/relay name/pid): 1 when there and
+ * readable. */
+static int lease_header(const amqp_basic_properties_t *p, int *part, long long *token)
+{
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return 0;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len != strlen("outbox_lease") || memcmp(e->key.bytes, "outbox_lease", e->key.len) != 0)
+            continue;
+        char buf[400]; /* "partition/token/relay name/pid" */
+        if (e->value.kind != AMQP_FIELD_KIND_UTF8 || e->value.value.bytes.len >= sizeof(buf))
+            return 0;
+        memcpy(buf, e->value.value.bytes.bytes, e->value.value.bytes.len);
+        buf[e->value.value.bytes.len] = 0;
+        return sscanf(buf, "%d/%lld", part, token) == 2 && *part >= 0;
+    }
+    return 0;
+}
+
+/* Whether the body is the value hex names (NULL: an empty body). */
+static int body_is(const amqp_bytes_t *body, const char *hex)
+{
+    if (!hex)
+        return body->len == 0;
+    if (strlen(hex) != 2 * body->len)
+        return 0;
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *v = body->bytes;
+    for (size_t i = 0; i < body->len; i++)
+        if (hex[2 * i] != digits[v[i] >> 4] || hex[2 * i + 1] != digits[v[i] & 15])
+            return 0;
+    return 1;
+}
+
+/* per key: the highest id first delivered so far (per lease partition: the highest token) */
 struct key_high {
     char *key;
     long long high;
@@ -212,7 +269,7 @@ static int cmd_check(int argc, char **argv)
 {
     if (argc < 5)
         return 2;
-    int exact = 0, idle_ms = 2000, any_order = 0;
+    int exact = 0, idle_ms = 2000, wait_ms = 10000, any_order = 0, require_lease = 0, values = 0;
     long long max_dups = -1;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--exact") == 0)
@@ -223,10 +280,23 @@ static int cmd_check(int argc, char **argv)
             any_order = 1;
         else if (strcmp(argv[i], "--idle-ms") == 0 && i + 1 < argc)
             idle_ms = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc)
+            wait_ms = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--require-lease") == 0)
+            require_lease = 1;
+        else if (strcmp(argv[i], "--values") == 0)
+            values = 1;
         else
             return 2;
     }
+    if (idle_ms <= 0 || wait_ms <= 0)
+        return 2;
     load_expected(argv[4]);
+    for (size_t i = 0; values && i < n_rows; i++)
+        if (!rows[i].has_value) {
+            fprintf(stderr, "amqp-check: --values: %s has no value column (row %lld)\n", argv[4], rows[i].id);
+            exit(2);
+        }
     qsort(rows, n_rows, sizeof(*rows), by_event);
     amqp_connection_state_t conn = open_conn(argv[2]);
     amqp_basic_qos(conn, 1, 0, 2000, 0);
@@ -234,11 +304,14 @@ static int cmd_check(int argc, char **argv)
     amqp_basic_consume(conn, 1, amqp_cstring_bytes(argv[3]), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
     die("basic.consume", amqp_get_rpc_reply(conn));
     long long received = 0, unique = 0, dups = 0, unexpected = 0, order = 0, bad = 0;
-    struct key_high *highs = NULL;
-    size_t n_highs = 0;
+    long long fenced = 0, stale = 0, fencing_violations = 0, lease_missing = 0, value_mismatches = 0;
+    struct key_high *highs = NULL, *tokens = NULL;
+    size_t n_highs = 0, n_tokens = 0;
     for (;;) {
         amqp_envelope_t env;
-        struct timeval tv = {idle_ms / 1000, (idle_ms % 1000) * 1000};
+        /* rows still missing: wait longer for the next message; all there: only for duplicates */
+        int ms = (size_t)unique < n_rows ? wait_ms : idle_ms;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
         amqp_maybe_release_buffers(conn);
         amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
@@ -260,6 +333,29 @@ static int cmd_check(int argc, char **argv)
             if (!ok && bad++ < 5)
                 fprintf(stderr, "amqp-check: row %lld: not persistent, or app_id, event_id or aggregate_id "
                         "header missing or wrong\n", row->id);
+            if (values && !body_is(&env.message.body, row->value_hex) && value_mismatches++ < 5)
+                fprintf(stderr, "amqp-check: row %lld: body of %zu bytes differs from the row's value (%zu bytes)\n",
+                        row->id, env.message.body.len, row->value_hex ? strlen(row->value_hex) / 2 : 0);
+            int part;
+            long long token;
+            if (lease_header(p, &part, &token)) {
+                char pkey[32];
+                snprintf(pkey, sizeof(pkey), "%d", part);
+                long long *high = key_high(&tokens, &n_tokens, pkey);
+                fenced++;
+                if (token < *high) {
+                    if (row->seen) {
+                        stale++;
+                    } else if (fencing_violations++ < 5) {
+                        fprintf(stderr, "amqp-check: row %lld first delivered with lease token %d/%lld after "
+                                "token %lld of lease partition %d\n", row->id, part, token, *high, part);
+                    }
+                } else {
+                    *high = token;
+                }
+            } else if (require_lease && lease_missing++ < 5) {
+                fprintf(stderr, "amqp-check: row %lld has no readable outbox_lease header\n", row->id);
+            }
             if (row->seen++) {
                 dups++;
             } else {
@@ -280,22 +376,30 @@ static int cmd_check(int argc, char **argv)
         if (!rows[i].seen && missing++ < 5)
             fprintf(stderr, "amqp-check: row %lld (event %s) missing\n", rows[i].id, rows[i].event_id);
     printf("CHECK expected=%zu received=%lld unique=%lld duplicates=%lld missing=%lld unexpected=%lld "
-           "order_violations=%lld bad_properties=%lld\n", n_rows, received, unique, dups, missing, unexpected,
-           order, bad);
+           "order_violations=%lld bad_properties=%lld fenced=%lld stale_duplicates=%lld fencing_violations=%lld "
+           "lease_missing=%lld value_mismatches=%lld\n", n_rows, received, unique, dups, missing, unexpected,
+           order, bad, fenced, stale, fencing_violations, lease_missing, value_mismatches);
     amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(conn);
     for (size_t i = 0; i < n_highs; i++)
         free(highs[i].key);
     free(highs);
+    for (size_t i = 0; i < n_tokens; i++)
+        free(tokens[i].key);
+    free(tokens);
     for (size_t i = 0; i < n_rows; i++) {
         free(rows[i].event_id);
         free(rows[i].key);
+        free(rows[i].value_hex);
     }
     free(rows);
     int too_many = max_dups >= 0 && dups > max_dups;
     if (too_many)
         fprintf(stderr, "amqp-check: %lld duplicates, more than %lld\n", dups, max_dups);
-    return missing || unexpected || (order && !any_order) || bad || (exact && dups) || too_many ? 1 : 0;
+    return missing || unexpected || (order && !any_order) || bad || (exact && dups) || too_many ||
+                   fencing_violations || (require_lease && lease_missing) || value_mismatches
+               ? 1
+               : 0;
 }
 
 int main(int argc, char **argv)
@@ -311,6 +415,7 @@ int main(int argc, char **argv)
         rc = cmd_check(argc, argv);
     if (rc == 2)
         fprintf(stderr, "usage: amqp-check bind URL EXCHANGE QUEUE KEY [MAX_LENGTH | single-active | quorum] | declare URL EXCHANGE TYPE | depth URL QUEUE | "
-                        "check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order] [--idle-ms N]\n");
+                        "check URL QUEUE EXPECTED [--exact | --max-duplicates N] [--any-order] [--require-lease] [--values] "
+                        "[--idle-ms N] [--wait-ms N]\n");
     return rc;
 }

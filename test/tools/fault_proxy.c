@@ -3,7 +3,11 @@
  * and correlation id; a response's correlation id) so that it knows which Produce requests
  * are in flight on each connection, and can cut exactly those.
  *
- *   fault-proxy --listen PORT --target PORT [--deadline SECONDS] [--seed N]
+ *   fault-proxy --listen PORT --target PORT [--deadline SECONDS] [--seed N] [--raw]
+ *
+ * --raw: the protocol is not Kafka's (RabbitMQ's AMQP): the bytes each read returns are one
+ * frame and none is a Produce request, so delay, delay_requests and hold apply as below
+ * (drop and reset, which act on Produce requests, find none).
  *
  * Listens on 127.0.0.1:PORT and forwards to 127.0.0.1:TARGET (the broker's listener whose
  * advertised address is this proxy). Prints "LISTENING PORT" on stdout once it accepts.
@@ -79,7 +83,7 @@ struct conn {
 static struct conn *conns[MAX_CONNS];
 static long long st_connections, st_produce_requests, st_produce_responses, st_delivered, st_dropped,
     st_resets, st_cut;
-static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold;
+static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold, raw;
 
 static int64_t now_ms(void)
 {
@@ -209,14 +213,21 @@ static void accept_one(int lfd, int target)
     st_connections++;
 }
 
+/* The length of the whole frame at b's start (Kafka: a 4-byte size and that many bytes;
+ * --raw: all b holds), 0 while it is incomplete. */
+static size_t frame_len(const struct buf *b)
+{
+    if (raw)
+        return b->len;
+    return b->len >= 4 && b->len >= 4 + (size_t)be32(b->data) ? 4 + (size_t)be32(b->data) : 0;
+}
+
 /* Whole request frames from the client: remembered in order, passed on to the broker. */
 static void client_frames(struct conn *c)
 {
-    while (c->from_client.len >= 4) {
-        size_t size = be32(c->from_client.data);
-        if (c->from_client.len < 4 + size)
-            break;
-        if (size >= 8) {
+    for (size_t len; (len = frame_len(&c->from_client)) > 0;) {
+        size_t size = len - 4; /* Kafka's size field (not read in raw mode) */
+        if (!raw && size >= 8) {
             int16_t api = (int16_t)(c->from_client.data[4] << 8 | c->from_client.data[5]);
             int32_t corr = (int32_t)be32(c->from_client.data + 8);
             if (c->inflight_len < MAX_INFLIGHT) {
@@ -227,35 +238,33 @@ static void client_frames(struct conn *c)
             st_produce_requests += api == 0;
         }
         if (request_delay_ms > 0 || c->req_queue) { /* held back, behind any held before */
-            struct response *r = malloc(sizeof(*r) + 4 + size);
+            struct response *r = malloc(sizeof(*r) + len);
             if (!r)
                 die("out of memory");
             r->next = NULL;
             r->produce = 0;
-            r->len = 4 + size;
+            r->len = len;
             r->release_ms = now_ms() + request_delay_ms;
-            memcpy(r->frame, c->from_client.data, 4 + size);
+            memcpy(r->frame, c->from_client.data, len);
             if (c->req_queue_tail)
                 c->req_queue_tail->next = r;
             else
                 c->req_queue = r;
             c->req_queue_tail = r;
         } else {
-            buf_put(&c->to_server, c->from_client.data, 4 + size);
+            buf_put(&c->to_server, c->from_client.data, len);
         }
-        buf_drop(&c->from_client, 4 + size);
+        buf_drop(&c->from_client, len);
     }
 }
 
 /* Whole response frames from the broker: dropped, held or queued for their release. */
 static void server_frames(struct conn *c)
 {
-    while (c->from_server.len >= 4) {
-        size_t size = be32(c->from_server.data);
-        if (c->from_server.len < 4 + size)
-            break;
+    for (size_t len; (len = frame_len(&c->from_server)) > 0;) {
+        size_t size = len - 4;
         int produce = 0;
-        if (size >= 4 && c->inflight_len > 0) {
+        if (!raw && size >= 4 && c->inflight_len > 0) {
             int32_t corr = (int32_t)be32(c->from_server.data + 4);
             for (int i = 0; i < c->inflight_len; i++) { /* normally the first */
                 int at = (c->inflight_head + i) % MAX_INFLIGHT;
@@ -277,13 +286,13 @@ static void server_frames(struct conn *c)
             st_dropped++;
             st_cut++;
         } else {
-            struct response *r = malloc(sizeof(*r) + 4 + size);
+            struct response *r = malloc(sizeof(*r) + len);
             if (!r)
                 die("out of memory");
             r->next = NULL;
             r->produce = produce;
-            r->len = 4 + size;
-            memcpy(r->frame, c->from_server.data, 4 + size);
+            r->len = len;
+            memcpy(r->frame, c->from_server.data, len);
             int64_t at = now_ms() + rand_upto(delay_ms);
             if (at < c->last_release_ms)
                 at = c->last_release_ms;
@@ -295,7 +304,7 @@ static void server_frames(struct conn *c)
                 c->queue = r;
             c->queue_tail = r;
         }
-        buf_drop(&c->from_server, 4 + size);
+        buf_drop(&c->from_server, len);
     }
 }
 
@@ -411,8 +420,10 @@ int main(int argc, char **argv)
             deadline_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--raw"))
+            raw = 1;
         else {
-            fprintf(stderr, "usage: fault-proxy --listen PORT --target PORT [--deadline SECONDS] [--seed N]\n");
+            fprintf(stderr, "usage: fault-proxy --listen PORT --target PORT [--deadline SECONDS] [--seed N] [--raw]\n");
             return 2;
         }
     }
