@@ -19,6 +19,12 @@
 #                               (SCRAM-SHA-512; USER created at format time with the
 #                               password in PASSWORD_FILE; PEM holds the server's PKCS#8
 #                               key and certificate chain); brokers talk PLAINTEXT on PORT+2
+#   kafka.sh producers DIR TOPIC
+#                               the producers (id:epoch, one per line) whose record batches are
+#                               in TOPIC's log segments on the node in DIR, read from the files
+#                               with Kafka's DumpLogSegments: what wrote the topic, from the
+#                               broker's side (a client that made its producer anew shows a
+#                               new id or epoch)
 #   kafka.sh scram DIR USER PASSWORD_FILE
 #                               sets USER's SCRAM-SHA-512 password on a secure node to the one
 #                               in PASSWORD_FILE (through its PLAINTEXT listener); connections
@@ -213,8 +219,20 @@ stop() {
     rm -f "$dir/broker.pid"
 }
 
+producers() { # DIR TOPIC
+    local d files=
+    for d in "$1/data/$2"-*; do # the topic's partition folders: TOPIC-N exactly
+        [[ ${d#"$1/data/$2"-} =~ ^[0-9]+$ ]] || continue
+        for f in "$d"/*.log; do [ -f "$f" ] && files+=${files:+,}$f; done
+    done
+    [ -n "$files" ] || { echo "kafka.sh producers: no log segment of $2 under $1/data" >&2; return 1; }
+    java -cp "$jars/*" kafka.tools.DumpLogSegments --files "$files" |
+        sed -n 's/.* producerId: \(-\{0,1\}[0-9]*\) producerEpoch: \(-\{0,1\}[0-9]*\) .*/\1:\2/p' | sort -u
+}
+
 case ${1:-} in
 fetch) fetch ;;
+producers) producers "$2" "$3" ;;
 start) start "$2" "$3" ;;
 stop) stop "$2" ;;
 kill) stop "$2" KILL ;;

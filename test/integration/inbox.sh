@@ -131,8 +131,11 @@ psqlc "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, he
        ('doc', 'inv-43', 'InvoiceIssued', '{\"doc\": {\"number\": 43}}', '{\"source\": \"ERP\"}')"
 INBOX_TOPICS_TEST="^${TOPIC_PREFIX//./\\.}\\.do[c]$" start_inbox docs INBOX_HANDLER=apply_doc INBOX_NAME=docs \
     INBOX_DEDUPE_KEY=header:source,payload:/doc/number INBOX_KAFKA_GROUP_ID="$TOPIC_PREFIX.docs"
-wait_until 60 "3 document messages handled" eval \
-    '[ $(( $(metric docs '"'"'inbox_messages_total{result="applied"}'"'"') + $(metric docs '"'"'inbox_messages_total{result="duplicate"}'"'"') )) = 3 ]'
+docs_handled() {
+    local n
+    n=$(metric_sum docs 'inbox_messages_total{result="applied"}' 'inbox_messages_total{result="duplicate"}') && [ "$n" = 3 ]
+}
+wait_until 60 "3 document messages handled" docs_handled
 [ "$(cpsql "SELECT string_agg(number || ':' || times, ',' ORDER BY number) FROM docs")" = "42:1,43:1" ] ||
     fail "business-key dedupe: $(cpsql "SELECT * FROM docs")"
 [ "$(cpsql "SELECT dedupe_key FROM inbox WHERE handler = 'docs' ORDER BY 1 LIMIT 1")" = '["ERP",42]' ] ||

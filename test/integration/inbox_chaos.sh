@@ -40,7 +40,7 @@ start_relay r2 >/dev/null
 sleep 2
 dups_b1=0
 wait_until 20 "inbox b to export its counters" exported b 'inbox_messages_total{result="duplicate"}'
-dups_b1=$(metric b 'inbox_messages_total{result="duplicate"}')
+dups_b1=$(metric b 'inbox_messages_total{result="duplicate"}') || fail "cannot read inbox b's duplicates"
 stop_relay b || fail "inbox b exited $? on SIGTERM"
 log "inbox b stopped with SIGTERM ($dups_b1 duplicates counted); started again"
 start_inbox b2
@@ -57,7 +57,10 @@ missing=$(cpsql "SELECT event_id FROM applied" | sort | comm -23 "$WORK/want" - 
 [ "$(cpsql "SELECT sum(violations) FROM key_order")" = 0 ] || fail "a key was applied out of its writers' order"
 [ "$(cpsql "SELECT count(*) FROM key_order k WHERE last_n <> (SELECT count(*) FROM applied a WHERE a.key = k.key)")" = 0 ] ||
     fail "a key's last applied event is not its last written one"
-dups=$(( dups_b1 + $(metric a2 'inbox_messages_total{result="duplicate"}') + $(metric b2 'inbox_messages_total{result="duplicate"}') ))
+# each figure read on its own: inside $(( )) a failed scrape's empty output reads as a unary +
+dups_a2=$(metric a2 'inbox_messages_total{result="duplicate"}') || fail "cannot read inbox a2's duplicates"
+dups_b2=$(metric b2 'inbox_messages_total{result="duplicate"}') || fail "cannot read inbox b2's duplicates"
+dups=$((dups_b1 + dups_a2 + dups_b2))
 [ "$dups" -gt 0 ] || fail "no duplicate was delivered and counted (the crashes must cause redeliveries)"
 log "$committed events applied exactly once, in key order; $dups redelivered messages counted as idempotency hits"
 stop_relay a2 || fail "inbox a2 exited $? on SIGTERM"

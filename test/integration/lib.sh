@@ -340,6 +340,17 @@ metric() { metric_at "http://127.0.0.1:$(http_port "$1")/metrics" "$2"; }
 # metric_at_least NAME SERIES N / metric_is NAME SERIES V: conditions for wait_until (false
 # when the series cannot be read).
 metric_at_least() { local v; v=$(metric "$1" "$2") && [ "$v" -ge "$3" ]; }
+# metric_sum NAME SERIES...: the sum of relay NAME's series; fails, printing nothing, if any
+# read fails (summed inside $(( )), a failed read's empty output would be a unary + : 0)
+metric_sum() {
+    local name=$1 series v total=0
+    shift
+    for series in "$@"; do
+        v=$(metric "$name" "$series") || return 1
+        total=$((total + v))
+    done
+    echo "$total"
+}
 metric_is() { local v; v=$(metric "$1" "$2") && [ "$v" = "$3" ]; }
 # exported NAME PATTERN: a line of relay NAME's /metrics matches the grep pattern.
 # (read whole first: with pipefail, grep -q leaving early makes curl fail on SIGPIPE, which

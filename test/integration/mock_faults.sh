@@ -47,9 +47,9 @@ wait_until 20 "each of the 6 injected errors reached the producer" all_injected
 # (the injected error is gone by then, so nothing is parked).
 # the failed deliveries: the one that carried the broker's error counts as "row", the
 # messages purged with the fatal producer as "producer" (none when it was alone in flight)
-failed_deliveries() { echo $(($(metric main 'outbox_publish_failures_total{reason="row"}') + $(metric main 'outbox_publish_failures_total{reason="producer"}'))); }
-failed_deliveries_at_least() { [ "$(failed_deliveries)" -ge "$1" ]; }
-failures0=$(failed_deliveries)
+failed_deliveries() { metric_sum main 'outbox_publish_failures_total{reason="row"}' 'outbox_publish_failures_total{reason="producer"}'; }
+failed_deliveries_at_least() { local n; n=$(failed_deliveries) && [ "$n" -ge "$1" ]; }
+failures0=$(failed_deliveries) || fail "cannot read the relay's failed deliveries"
 mock errors 1 MSG_SIZE_TOO_LARGE
 writers 4 250 100
 wait_until 30 "the permanent error reached the relay" grep -q "fatal producer error: .*Message size too large" "$WORK/relay-main.log"
