@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The mutant suite: every deliberate breakage that once made a check fail is kept as a patch
-# under test/mutants/ (a header names the test that must catch it and the text its failure
+# under test/mutants/ (a header names the tests that must catch it and the text their failure
 # must show). This applies each patch in turn to a scratch copy of the tree, builds, runs
-# that test against throwaway servers, and expects it to fail with that text; then takes the
-# patch back out. A check that stops failing on its mutant no longer bites.
+# each of those tests against throwaway servers, and expects every one to fail with that
+# text; then takes the patch back out. A check that stops failing on its mutant no longer
+# bites. (A header's `test:` may name several tests, space-separated: the variants of one
+# scenario - keep mode, RabbitMQ - that must each catch the same breakage.)
 #   scripts/mutants.sh                 every mutant (about 30 minutes here)
 #   scripts/mutants.sh PATTERN...      the mutants whose file name contains a PATTERN
 # Prints one line per mutant (caught / MISSED / BROKEN) and "N caught, N missed, N broken";
@@ -20,13 +22,19 @@ if [ "${1:-}" = --check ]; then
     for patch in test/mutants/*.patch; do
         n=$((n + 1))
         name=$(basename "$patch" .patch)
-        test_name=$(sed -n 's/^test: //p' "$patch" | head -1)
-        base=${test_name%_pg17}
-        for v in _delete _keep _debezium _rabbitmq _image _strict; do base=${base%$v}; done
-        if [ -z "$test_name" ] || [ -z "$(sed -n 's/^expect: //p' "$patch")" ] || [ -z "$(sed -n 's/^why: //p' "$patch")" ]; then
+        test_names=$(sed -n 's/^test: //p' "$patch" | head -1)
+        unknown=
+        for test_name in $test_names; do
+            # a variant (NAME_keep, NAME_rabbitmq_delete, ...) is made in test/meson.build from
+            # its scenario's name and a list of variants: the scenario's name must be there
+            base=${test_name%_pg17}
+            for v in _delete _keep _debezium _image _strict _rabbitmq; do base=${base%$v}; done
+            grep -q "'$base'\|'$test_name'" test/meson.build || unknown="$unknown $test_name"
+        done
+        if [ -z "$test_names" ] || [ -z "$(sed -n 's/^expect: //p' "$patch")" ] || [ -z "$(sed -n 's/^why: //p' "$patch")" ]; then
             echo "BROKEN  $name: its header lacks test:, expect: or why:"; bad=$((bad + 1))
-        elif ! grep -q "'$base'\|'$test_name'" test/meson.build; then
-            echo "BROKEN  $name: test $test_name is not in test/meson.build"; bad=$((bad + 1))
+        elif [ -n "$unknown" ]; then
+            echo "BROKEN  $name: test$unknown not in test/meson.build"; bad=$((bad + 1))
         elif ! patch -p1 --dry-run --quiet --forward <"$patch" >/dev/null 2>&1; then
             echo "BROKEN  $name: the patch no longer applies"; bad=$((bad + 1))
         fi
@@ -63,7 +71,7 @@ for patch in "$src"/test/mutants/*.patch; do
         for p in "$@"; do [[ $name == *"$p"* ]] && wanted=1; done
         [ $wanted = 1 ] || continue
     fi
-    test_name=$(sed -n 's/^test: //p' "$patch" | head -1)
+    test_names=$(sed -n 's/^test: //p' "$patch" | head -1)
     expect=$(sed -n 's/^expect: //p' "$patch" | head -1)
     if ! patch -p1 --quiet --forward <"$patch" >/dev/null; then
         echo "BROKEN  $name: the patch no longer applies"
@@ -75,18 +83,21 @@ for patch in "$src"/test/mutants/*.patch; do
         tail -5 build/mutant-build.log | sed 's/^/        /'
         broken=$((broken + 1))
     else
-        start=$SECONDS
-        if meson test -C build --num-processes 1 --print-errorlogs "$test_name" >"build/mutant-test.log" 2>&1; then
-            echo "MISSED  $name: $test_name passed ($((SECONDS - start)) s)"
-            missed=$((missed + 1))
-        elif grep -Eq -- "$expect" build/meson-logs/testlog.txt; then
-            echo "caught  $name: $test_name failed with: $(grep -Eo -m1 -- ".{0,40}($expect).{0,40}" build/meson-logs/testlog.txt | head -1) ($((SECONDS - start)) s)"
-            caught=$((caught + 1))
-        else
-            echo "MISSED  $name: $test_name failed, but not with /$expect/:"
-            grep -m3 'FAIL' build/meson-logs/testlog.txt | sed 's/^/        /'
-            missed=$((missed + 1))
-        fi
+        all=1
+        for test_name in $test_names; do # every test named must catch it
+            start=$SECONDS
+            if meson test -C build --num-processes 1 --print-errorlogs "$test_name" >"build/mutant-test.log" 2>&1; then
+                echo "MISSED  $name: $test_name passed ($((SECONDS - start)) s)"
+                all=0
+            elif grep -Eq -- "$expect" build/meson-logs/testlog.txt; then
+                echo "caught  $name: $test_name failed with: $(grep -Eo -m1 -- ".{0,40}($expect).{0,40}" build/meson-logs/testlog.txt | head -1) ($((SECONDS - start)) s)"
+            else
+                echo "MISSED  $name: $test_name failed, but not with /$expect/:"
+                grep -m3 'FAIL' build/meson-logs/testlog.txt | sed 's/^/        /'
+                all=0
+            fi
+        done
+        if [ "$all" = 1 ]; then caught=$((caught + 1)); else missed=$((missed + 1)); fi
     fi
     patch -p1 --quiet --reverse <"$patch" >/dev/null || { echo "cannot take $name back out"; exit 1; }
 done

@@ -11,6 +11,10 @@ psqlc "INSERT INTO outbox ($OUTBOX_COLS)
 RELAY_ENV=(OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=1000 OUTBOX_BATCH_SIZE=200 OUTBOX_MAX_INFLIGHT=600)
 start_relay crash >/dev/null
 rc=0
+# bounded: a relay whose fault point never fires would otherwise hold the test until meson's
+# timeout (seen with mutant 15, where rows count as acknowledged once produced)
+crashed() { ! kill -0 "$(relay_pid crash)" 2>/dev/null; }
+wait_until 90 "the fault point to SIGKILL the relay" crashed
 wait "$(relay_pid crash)" || rc=$?
 [ "$rc" = 137 ] || fail "expected the fault point to SIGKILL the relay (137), got $rc"
 grep -q "test hook: SIGKILL before marking" "$WORK/relay-crash.log" || fail "fault point did not fire"
