@@ -9,14 +9,20 @@ rc=0
 # (delete mode: 10,000 events and 4 kills, for CI's time; the full run takes --on-sent too)
 events=20000 kills=6
 [ "$ON_SENT" = delete ] && events=10000 kills=4
-# With Kafka, a broker of its own (the run restarts it twice), so that it can run beside other
-# tests; with RabbitMQ the suite's node (it runs alone then).
+# A broker of its own (the run restarts it twice), so that it can run beside other tests:
+# a Kafka, or with RabbitMQ a node (AMQP, distribution and epmd on three ports).
 if [ "$SINK" = kafka ]; then
     own_kafka=$(free_ports 2)
     bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$WORK/kafka" "$own_kafka" >"$WORK/kafka.out" 2>&1 ||
         { cat "$WORK/kafka.out"; fail "the chaos run's Kafka did not start"; }
     trap 'TEST_RC=${TEST_RC:-$?}; bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" >/dev/null 2>&1 || true; cleanup' EXIT
     export RELAYTEST_KAFKA_PORT=$own_kafka RELAYTEST_KAFKA_DIR=$WORK/kafka
+else
+    own_rabbitmq=$(free_ports 3)
+    bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" start "$WORK/rabbitmq" "$own_rabbitmq" >"$WORK/rabbitmq.out" 2>&1 ||
+        { cat "$WORK/rabbitmq.out"; fail "the chaos run's RabbitMQ node did not start"; }
+    trap 'TEST_RC=${TEST_RC:-$?}; bash "$RELAYTEST_SRC/test/env/rabbitmq.sh" kill "$WORK/rabbitmq" >/dev/null 2>&1 || true; cleanup' EXIT
+    export RELAYTEST_RABBITMQ_PORT=$own_rabbitmq RELAYTEST_RABBITMQ_DIR=$WORK/rabbitmq
 fi
 bash "$RELAYTEST_SRC/test/chaos/chaos.sh" --events $events --kills $kills --keys 300 --clients 6 --on-sent "$ON_SENT" --sink "$SINK" \
     >"$WORK/chaos.out" || rc=$?
