@@ -92,16 +92,18 @@ grep -q "created_at_finite" "$WORK/inf.err" || fail "unexpected error: $(cat "$W
 psqlc "SELECT convalidated FROM pg_constraint WHERE conname = 'outbox_created_at_finite'" | grep -q t ||
     fail "the constraint was not validated"
 [ "$(count_where "NOT isfinite(created_at)")" = 0 ] || fail "an infinite created_at survived the migration"
-psqlc "DROP ROLE IF EXISTS mig_writer; CREATE ROLE mig_writer LOGIN; GRANT INSERT ON outbox TO mig_writer"
-"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=mig_writer dbname=$DB" \
+# roles belong to the cluster: named by the test's database (its variants run side by side)
+writer=${DB}_mig_writer nobody=${DB}_mig_nobody
+psqlc "DROP ROLE IF EXISTS $writer; CREATE ROLE $writer LOGIN; GRANT INSERT ON outbox TO $writer"
+"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "host=127.0.0.1 port=$RELAYTEST_PG_PORT user=$writer dbname=$DB" \
     -c "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'w', 'E', '{}')" ||
     fail "an INSERT-only role cannot write an event"
-psqlc "DROP OWNED BY mig_writer; DROP ROLE mig_writer"
+psqlc "DROP OWNED BY $writer; DROP ROLE $writer"
 log "new rows with an infinite created_at refused; an INSERT-only role writes events"
 psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass" | grep -q "fillfactor=45" ||
     fail "003: the table's fillfactor is not 45: $(psqlc "SELECT reloptions FROM pg_class WHERE oid = 'outbox'::regclass")"
-psqlc "DROP ROLE IF EXISTS mig_nobody; CREATE ROLE mig_nobody"
-[ "$(psqlc "SELECT has_function_privilege('mig_nobody', 'outbox_enqueue(text, text, text, jsonb, jsonb, uuid, text, text, text)', 'EXECUTE')")" = f ] ||
+psqlc "DROP ROLE IF EXISTS $nobody; CREATE ROLE $nobody"
+[ "$(psqlc "SELECT has_function_privilege('$nobody', 'outbox_enqueue(text, text, text, jsonb, jsonb, uuid, text, text, text)', 'EXECUTE')")" = f ] ||
     fail "004: any role may call outbox_enqueue"
-psqlc "DROP ROLE mig_nobody"
+psqlc "DROP ROLE $nobody"
 log "ok"
