@@ -32,7 +32,16 @@ dups=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$WORK/check.out")
 [ "$dups" -gt 0 ] || fail "expected republished rows (duplicates > 0) after crash-before-mark"
 log "$dups rows published twice; the restarted relay estimated $possible (outbox_possible_duplicates_total)"
 [ "$dups" -le 600 ] || fail "$dups duplicates: more than OUTBOX_MAX_INFLIGHT (600)"
-[ "$dups" -le $((possible + 200)) ] || fail "$dups duplicates: more than the estimate $possible plus one claim (200)"
+# The estimate counts PENDING rows up to the highest id a mark recorded as claimed; rows
+# claimed after the last mark are beyond it. Those are the acknowledged rows the crash
+# relay was about to mark (its hook names them) and at most one claim still in flight. (The
+# bound was "the estimate plus one claim" until CI failed it: "SIGKILL before marking 400
+# acknowledged rows" - two claims' acknowledgements arrived before a mark recorded either
+# claim - 400 duplicates, estimate 0, at af6773c; not reproduced in 4 runs here.)
+unmarked=$(sed -n 's/.*test hook: SIGKILL before marking \([0-9]*\) acknowledged rows.*/\1/p' "$WORK/relay-crash.log" | head -1)
+[ -n "$unmarked" ] || fail "the fault point's line does not say how many acknowledged rows it left unmarked"
+[ "$dups" -le $((possible + unmarked + 200)) ] ||
+    fail "$dups duplicates: more than the estimate $possible plus the $unmarked rows acknowledged and not marked plus one claim (200)"
 [ "$possible" -le 600 ] || fail "estimate $possible is above OUTBOX_MAX_INFLIGHT (600)"
 # outbox-relay audit counts the same duplicates and loses nothing (delete mode keeps no SENT
 # rows to compare: there the audit refuses, naming the setting)
