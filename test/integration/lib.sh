@@ -591,51 +591,43 @@ start_inbox() {
 # `proxy COMMAND` sends a command (delay MS, drop N, reset MIN MAX, hold on|off) and returns
 # once applied; `proxy_stat NAME` prints one figure of its STATS line (cut, dropped, resets,
 # produce_requests, ...).
-proxied_kafka() {
-    local base
-    base=$(free_ports 3)
+# fault_proxy_start TARGET_PORT [--raw]: the fault proxy on PROXY_PORT in front of
+# 127.0.0.1:TARGET_PORT, its commands on fd 8 (`proxy`), stopped by proxied_cleanup.
+fault_proxy_start() {
     PROXY_PORT=$(free_port)
-    PK=$WORK/pk
     mkfifo "$WORK/proxy.in"
-    "$RELAYTEST_PROXY_BIN" --listen "$PROXY_PORT" --target $((base + 2)) --deadline "${PROXY_DEADLINE:-600}" \
+    "$RELAYTEST_PROXY_BIN" "${@:2}" --listen "$PROXY_PORT" --target "$1" --deadline "${PROXY_DEADLINE:-600}" \
         <"$WORK/proxy.in" >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
     PROXY_PID=$!
     exec 8>"$WORK/proxy.in"
     trap proxied_cleanup EXIT
     wait_until 10 "fault proxy listening" grep -q LISTENING "$WORK/proxy.out"
+    PROXY_SENT=0
+}
+proxied_kafka() {
+    local base
+    base=$(free_ports 3)
+    PK=$WORK/pk
+    fault_proxy_start $((base + 2))
     log "Kafka on 127.0.0.1:$base, its clients through the fault proxy on 127.0.0.1:$PROXY_PORT"
     KAFKA_HEAP="-Xms64m -Xmx384m" bash "$RELAYTEST_SRC/test/env/kafka.sh" proxied "$PK" "$base" "$PROXY_PORT" ||
         fail "the proxied broker did not start"
     BOOTSTRAP=127.0.0.1:$PROXY_PORT
     DIRECT_BOOTSTRAP=127.0.0.1:$base # the same broker, not through the proxy
-    PROXY_SENT=0
 }
 proxied_cleanup() {
     TEST_RC=${TEST_RC:-$?}
     kill "$PROXY_PID" 2>/dev/null || true
-    bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$PK" 2>/dev/null || true
+    [ -z "${PK:-}" ] || bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$PK" 2>/dev/null || true
     cleanup
 }
 # proxied_rabbitmq: the same fault proxy (raw: AMQP is not framed as Kafka's requests, so only
 # delay, delay_requests and hold apply) in front of the suite's RabbitMQ node; PROXIED_AMQP_URL
 # reaches the node through it, AMQP_URL stays direct. `proxy` and `proxy_stat` as above.
 proxied_rabbitmq() {
-    PROXY_PORT=$(free_port)
-    mkfifo "$WORK/proxy.in"
-    "$RELAYTEST_PROXY_BIN" --raw --listen "$PROXY_PORT" --target "$RELAYTEST_RABBITMQ_PORT" \
-        --deadline "${PROXY_DEADLINE:-600}" <"$WORK/proxy.in" >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
-    PROXY_PID=$!
-    exec 8>"$WORK/proxy.in"
-    trap proxied_rabbitmq_cleanup EXIT
-    wait_until 10 "fault proxy listening" grep -q LISTENING "$WORK/proxy.out"
+    fault_proxy_start "$RELAYTEST_RABBITMQ_PORT" --raw
     PROXIED_AMQP_URL=amqp://guest:guest@127.0.0.1:$PROXY_PORT
     log "RabbitMQ on 127.0.0.1:$RELAYTEST_RABBITMQ_PORT, through the fault proxy on 127.0.0.1:$PROXY_PORT"
-    PROXY_SENT=0
-}
-proxied_rabbitmq_cleanup() {
-    TEST_RC=${TEST_RC:-$?}
-    kill "$PROXY_PID" 2>/dev/null || true
-    cleanup
 }
 proxy_applied() { [ "$(grep -c '^fault-proxy: done ' "$WORK/proxy.err")" -ge "$PROXY_SENT" ]; }
 proxy() {

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "check_common.h"
 #include "core/amqp.h"
 
 struct row {
@@ -221,12 +222,8 @@ static int lease_header(const amqp_basic_properties_t *p, int *part, long long *
         const amqp_table_entry_t *e = &p->headers.entries[i];
         if (e->key.len != strlen("outbox_lease") || memcmp(e->key.bytes, "outbox_lease", e->key.len) != 0)
             continue;
-        char buf[400]; /* "partition/token/relay name/pid" */
-        if (e->value.kind != AMQP_FIELD_KIND_UTF8 || e->value.value.bytes.len >= sizeof(buf))
-            return 0;
-        memcpy(buf, e->value.value.bytes.bytes, e->value.value.bytes.len);
-        buf[e->value.value.bytes.len] = 0;
-        return sscanf(buf, "%d/%lld", part, token) == 2 && *part >= 0;
+        return e->value.kind == AMQP_FIELD_KIND_UTF8 &&
+               check_lease_token(e->value.value.bytes.bytes, e->value.value.bytes.len, part, token);
     }
     return 0;
 }
@@ -234,16 +231,7 @@ static int lease_header(const amqp_basic_properties_t *p, int *part, long long *
 /* Whether the body is the value hex names (NULL: an empty body). */
 static int body_is(const amqp_bytes_t *body, const char *hex)
 {
-    if (!hex)
-        return body->len == 0;
-    if (strlen(hex) != 2 * body->len)
-        return 0;
-    static const char digits[] = "0123456789abcdef";
-    const unsigned char *v = body->bytes;
-    for (size_t i = 0; i < body->len; i++)
-        if (hex[2 * i] != digits[v[i] >> 4] || hex[2 * i + 1] != digits[v[i] & 15])
-            return 0;
-    return 1;
+    return hex ? check_bytes_are_hex(body->bytes, body->len, hex) : body->len == 0;
 }
 
 /* per key: the highest id first delivered so far (per lease partition: the highest token) */

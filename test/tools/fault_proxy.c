@@ -226,8 +226,7 @@ static size_t frame_len(const struct buf *b)
 static void client_frames(struct conn *c)
 {
     for (size_t len; (len = frame_len(&c->from_client)) > 0;) {
-        size_t size = len - 4; /* Kafka's size field (not read in raw mode) */
-        if (!raw && size >= 8) {
+        if (!raw && len >= 4 + 8) { /* a request header: api key, version, correlation id */
             int16_t api = (int16_t)(c->from_client.data[4] << 8 | c->from_client.data[5]);
             int32_t corr = (int32_t)be32(c->from_client.data + 8);
             if (c->inflight_len < MAX_INFLIGHT) {
@@ -262,9 +261,8 @@ static void client_frames(struct conn *c)
 static void server_frames(struct conn *c)
 {
     for (size_t len; (len = frame_len(&c->from_server)) > 0;) {
-        size_t size = len - 4;
         int produce = 0;
-        if (!raw && size >= 4 && c->inflight_len > 0) {
+        if (!raw && len >= 4 + 4 && c->inflight_len > 0) { /* a response's correlation id */
             int32_t corr = (int32_t)be32(c->from_server.data + 4);
             for (int i = 0; i < c->inflight_len; i++) { /* normally the first */
                 int at = (c->inflight_head + i) % MAX_INFLIGHT;

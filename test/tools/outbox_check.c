@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/kafka.h"
+#include "check_common.h"
 #include "murmur2.h"
 
 struct expected_row {
@@ -95,14 +96,7 @@ static int value_matches(const rd_kafka_message_t *m, const char *hex)
 {
     if (!hex)
         return m->payload == NULL;
-    if (!m->payload || strlen(hex) != 2 * m->len)
-        return 0;
-    static const char digits[] = "0123456789abcdef";
-    const unsigned char *v = m->payload;
-    for (size_t i = 0; i < m->len; i++)
-        if (hex[2 * i] != digits[v[i] >> 4] || hex[2 * i + 1] != digits[v[i] & 15])
-            return 0;
-    return 1;
+    return m->payload && check_bytes_are_hex(m->payload, m->len, hex);
 }
 
 /* Linear probe hash of keys. */
@@ -425,9 +419,8 @@ int main(int argc, char **argv)
         size_t llen = 0;
         int lease_p;
         long long token;
-        char lease[64];
-        if (hdrs && rd_kafka_header_get_last(hdrs, "outbox_lease", &lv, &llen) == 0 && llen < sizeof(lease) &&
-            (memcpy(lease, lv, llen), lease[llen] = '\0', sscanf(lease, "%d/%lld", &lease_p, &token) == 2)) {
+        if (hdrs && rd_kafka_header_get_last(hdrs, "outbox_lease", &lv, &llen) == 0 &&
+            check_lease_token(lv, llen, &lease_p, &token)) {
             char fkey[1400];
             snprintf(fkey, sizeof(fkey), "lease|%s|%d|%d", topic, (int)m->partition, lease_p);
             struct key_state *fs = key_get(fkey);
@@ -438,8 +431,8 @@ int main(int argc, char **argv)
                 } else {
                     if (fencing_violations < 10)
                         fprintf(stderr, "outbox-check: id %lld first delivered in %s/%d with lease "
-                                "token %s after token %lld of lease partition %d\n", row->id, topic,
-                                (int)m->partition, lease, fs->last_first_id, lease_p);
+                                "token %d/%lld after token %lld of lease partition %d\n", row->id, topic,
+                                (int)m->partition, lease_p, token, fs->last_first_id, lease_p);
                     fencing_violations++;
                 }
             } else {
