@@ -44,7 +44,7 @@ static const struct counter_def {
      offsetof(struct metrics, marked_total)},
     {"outbox_parked_total", "Rows parked as FAILED.",
      offsetof(struct metrics, parked_total)},
-    {"outbox_possible_duplicates_total", "Upper bound of rows published more than once (after a failed delivery, a producer reset, or a crash before marking).",
+    {"outbox_possible_duplicates_total", "Rows that may have been published more than once: after a failed delivery or a producer reset, and after a crash before marking, PENDING rows up to the highest id the last mark recorded as claimed (rows claimed after that mark are not counted).",
      offsetof(struct metrics, possible_duplicates_total)},
     {"outbox_producer_recreated_total", "Producers recreated after fatal errors.",
      offsetof(struct metrics, producer_recreated_total)},
