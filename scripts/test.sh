@@ -48,9 +48,32 @@ count() { # adds meson test's summary (in $summary) to the totals; skipped count
     [ -n "$ok" ] || failed=$((failed + 1)) # meson did not even report
 }
 
+# recap LOG: for each test of meson's LOG that did not pass, its result, the 15 lines before
+# its first "FAIL" and its last 10 log lines (at the very end of the output, which is what a
+# CI report keeps when it keeps only the end)
+recap() {
+    awk '/^=+ [0-9]+\/[0-9]+ =+$/ { if (bad) show(); name = ""; res = ""; n = 0; bad = 0; next }
+         /^test: / { name = $0; next }
+         /^result: / { res = $0; bad = ($0 !~ /exit status 0$/); next }
+         /^(command|start time): / { next }
+         { buf[n++] = $0 }
+         function show(   i, f, from) {
+             print "-- " name; print "   " res
+             f = -1
+             for (i = 0; i < n; i++) if (buf[i] ~ /FAIL/) { f = i; break }
+             if (f >= 0) { from = f - 15 < 0 ? 0 : f - 15; for (i = from; i <= f; i++) print "   " substr(buf[i], 1, 240) }
+             print "   ..."
+             from = n - 10 < 0 ? 0 : n - 10
+             for (i = from; i < n; i++) print "   " substr(buf[i], 1, 240)
+         }
+         END { if (bad) show() }' "$1"
+}
+stage1_log=$(mktemp)
+
 echo "== stage 1: ASan+UBSan build, unit and integration tests"
 meson test -C "$build" --print-errorlogs --num-processes "${TEST_JOBS:-3}" "$@" | tee "$summary"
 count
+cp "$build/meson-logs/testlog.txt" "$stage1_log" 2>/dev/null || true
 
 if [ $# -eq 0 ]; then
     echo "== stage 2: valgrind memcheck (unit tests, flow and sigterm)"
@@ -103,6 +126,10 @@ if [ $# -eq 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     rm -f /tmp/outbox-bench-quick.$$
 fi
 
-rm -f "$summary"
+if [ "$failed" -gt 0 ] && [ -s "$stage1_log" ]; then
+    echo "== stage 1's failures again (the whole logs are above)"
+    recap "$stage1_log"
+fi
+rm -f "$summary" "$stage1_log"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
