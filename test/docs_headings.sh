@@ -2,7 +2,8 @@
 # The README is the front door and the rest lives in docs/: no section of the README as it
 # was before the split (test/docs-headings.txt, one heading per line) may be lost — each
 # must still be a heading, at any level, in README.md or a file under docs/ — and the
-# README's contents must link every file under docs/.
+# README's contents must link every file under docs/; the README stays at most 200 lines,
+# none over 200 characters.
 #   docs_headings.sh SOURCE_ROOT
 set -uo pipefail
 root=$1
@@ -30,5 +31,14 @@ for f in "$root"/docs/*.md; do
         failed=1
     fi
 done
+# the front door stays one: at most 200 lines, none over 200 characters
+n=$((n + 1))
+lines=$(wc -l <"$root/README.md")
+if [ "$lines" -le 200 ]; then echo "ok $n - the README has $lines lines (at most 200)"
+else echo "not ok $n - the README has $lines lines, more than 200: move detail to docs/"; failed=1; fi
+n=$((n + 1))
+long=$(awk 'length($0) > 200 { printf "%s%d", sep, NR; sep = "," }' "$root/README.md")
+if [ -z "$long" ]; then echo "ok $n - no README line over 200 characters"
+else echo "not ok $n - README lines over 200 characters: $long"; failed=1; fi
 echo "1..$n"
 exit $failed
