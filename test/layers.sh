@@ -3,7 +3,8 @@
 #   core  <-  pg  <-  sink, source  <-  relay, inbox  <-  admin
 # A file may include headers of its own layer and of the layers below it, never of a layer
 # above or beside it (relay and inbox, sink and source, know nothing of each other). Every
-# directory under lib/ must be a known layer. TAP, one line per file.
+# directory under lib/ must be a known layer, and docs/HACKING.md's layout must name every
+# .c file of lib/. TAP, one line per file and check.
 #   layers.sh SOURCE_ROOT
 set -uo pipefail
 root=$1
@@ -17,23 +18,40 @@ for dir in "$root"/lib/*/; do
         failed=1
         continue
     fi
-    for f in "$dir"*.[ch]; do
+    while IFS= read -r f; do # (files in sub-folders of a layer too)
         n=$((n + 1))
         bad=""
         while IFS= read -r inc; do
             to=${inc%%/*}
             [ "$to" = "$layer" ] && continue
+            # <...> names a system header unless its first folder is one of lib/'s layers
+            if [ "${inc#<}" != "$inc" ]; then
+                inc=${inc#<} to=${to#<}
+                [ -n "${level[$to]:-}" ] || continue
+            fi
             if [ -z "${level[$to]:-}" ] || [ "${level[$to]}" -ge "${level[$layer]}" ]; then
                 bad="$bad $inc"
             fi
-        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+        done < <(sed -n -e 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' \
+                        -e 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*\(<[^>]*\)>.*/\1/p' "$f")
         if [ -z "$bad" ]; then
-            echo "ok $n - lib/$layer/$(basename "$f")"
+            echo "ok $n - ${f#"$root"/}"
         else
-            echo "not ok $n - lib/$layer/$(basename "$f") includes a layer above or beside $layer:$bad"
+            echo "not ok $n - ${f#"$root"/} includes a layer above or beside $layer:$bad"
             failed=1
         fi
-    done
+    done < <(find "$dir" -name '*.[ch]' | sort)
 done
+# docs/HACKING.md's layout names every source file of lib/ (a file added or renamed shows up)
+while IFS= read -r f; do
+    n=$((n + 1))
+    rel=${f#"$root"/lib/}
+    if grep -qE "(^|[[:space:]/])$(basename "$f" | sed 's/\./\\./g')([[:space:]]|,|$)" "$root/docs/HACKING.md"; then
+        echo "ok $n - docs/HACKING.md's layout names lib/$rel"
+    else
+        echo "not ok $n - docs/HACKING.md's layout does not name lib/$rel"
+        failed=1
+    fi
+done < <(find "$root/lib" -name '*.c' | sort)
 echo "1..$n"
 exit "$failed"
