@@ -212,8 +212,9 @@ int config_placement_next(const char **cursor, char column[CONFIG_IDENT_MAX],
                        "lease token)", hname);
     if (end && !end[1])
         return set_err(err, errlen, "trailing comma");
-    snprintf(column, CONFIG_IDENT_MAX, "%s", fields[0]);
-    snprintf(header, CONFIG_IDENT_MAX, "%s", hname);
+    /* both are plain identifiers shorter than CONFIG_IDENT_MAX (checked above) */
+    memcpy(column, fields[0], strlen(fields[0]) + 1);
+    memcpy(header, hname, strlen(hname) + 1);
     *cursor = end ? end + 1 : p + n;
     return 1;
 }

@@ -148,7 +148,7 @@ void produce_left(struct relay *r, struct inflight_row *row)
     row->kslot = -1;
 }
 
-/* ---- Kafka callbacks (loop thread, from sink_poll) ---------------------------------- */
+/* ---- the sink's callbacks (loop thread, from sink_poll) ------------------------------- */
 
 static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
                         int maybe_persisted)
@@ -161,12 +161,12 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
     }
     struct inflight_row *row = window_find(&r->win, row_id);
     if (!row || row->state != ROW_PRODUCED) {
-        log_warn("kafka: delivery report for row %lld that is not in flight", (long long)row_id);
+        log_warn("delivery: a report for row %lld that is not in flight", (long long)row_id);
         return;
     }
     produce_left(r, row);
     if (err) {
-        log_debug("kafka: delivery of row %lld to %s failed: %s", (long long)row_id,
+        log_debug("delivery: row %lld to %s failed: %s", (long long)row_id,
                   topic ? topic : "?", sink_err_str(r->sink, err));
         row_failed(r, row, err, topic, maybe_persisted, "delivery to");
         relay_want_kick(r);

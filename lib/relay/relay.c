@@ -1,8 +1,9 @@
 /* The relay loop: life cycle, the connections' callbacks, the shutdown state machine, and
  * kick — the one place that decides what the worker connection does next. The concerns
- * live beside it: claim.c (claims, marks, poll, doorbell), produce.c (producer and its
- * reports), poison.c, reset.c, lease.c, status.c, worker.c, and the pure window.c and
- * pause.c. */
+ * live beside it: claim.c (claims, marks, poll, doorbell, the floors' probe), produce.c
+ * (publishing through the sink and its reports), poison.c, reset.c, lease.c, keep.c (keep
+ * mode's records, watermark and audit), monitor.c, status.c, worker.c, and the pure
+ * window.c, floor.c, kshare.c, pause.c and lease_rules.c. */
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
-/* The relay loop: claim PENDING rows in id order, produce them, mark SENT what Kafka
- * acknowledged, and shut down cleanly. One thread, one libev loop; see
+/* The relay loop: claim PENDING rows in id order, publish them through a sink (Kafka or
+ * RabbitMQ), record as sent what the broker acknowledged (mark, delete or keep), and shut
+ * down cleanly. One thread, one libev loop; see
  * docs/HOW-IT-WORKS.md for the claim and ordering rules. */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H

@@ -1,5 +1,5 @@
 /* Private to lib/relay/: struct relay, made of one part per concern, and what the files
- * of the folder call across. The public interface is lib/relay.h.
+ * of the folder call across. The public interface is relay/relay.h.
  *
  * Three rules keep the files from calling back and forth:
  * - only relay.c's kick decides the next statement; a concern that wants work done asks

@@ -160,8 +160,8 @@ static void log_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct relay *r = w->data;
     if (r->m.marked_total == r->report.marked_logged && r->win.n == 0)
         return;
-    log_info("relay: %llu rows marked SENT (+%llu in %.0fs), %zu in flight, %lld pending, "
-             "%llu parked, kafka brokers up %d, postgres %s",
+    log_info("relay: %llu rows recorded as sent (+%llu in %.0fs), %zu in flight, %lld pending, "
+             "%llu parked, brokers up %d, postgres %s",
              (unsigned long long)r->m.marked_total,
              (unsigned long long)(r->m.marked_total - r->report.marked_logged), LOG_INTERVAL_S, r->win.n,
              (long long)r->m.pending_rows, (unsigned long long)r->m.parked_total,

@@ -2,7 +2,7 @@
  * completion for each (served on the libev loop thread), tells which of its errors belong to
  * the row, the topic, the producer or nobody in particular, and says how it partitions keys
  * when it has partitions. The claim, the in-flight window, the shares and the resets know
- * only this interface; each broker is one file behind it (kafka.c).
+ * only this interface; each broker is one file behind it (kafka.c, rabbitmq.c).
  *
  * A sink's errors are its own small integers (0: none) that only it can name and classify
  * (sink_err_str, sink_classify). */
