@@ -49,30 +49,36 @@ count() { # adds meson test's summary (in $summary) to the totals; skipped count
 }
 
 # recap LOG: for each test of meson's LOG that did not pass, its result, the 15 lines before
-# its first "FAIL" and its last 10 log lines (at the very end of the output, which is what a
-# CI report keeps when it keeps only the end)
+# its first "FAIL: " (lib.sh's fail) and its last 10 log lines (at the very end of the
+# output, which is what a CI report keeps when it keeps only the end)
 recap() {
-    awk '/^=+ [0-9]+\/[0-9]+ =+$/ { if (bad) show(); name = ""; res = ""; n = 0; bad = 0; next }
-         /^test: / { name = $0; next }
-         /^result: / { res = $0; bad = ($0 !~ /exit status 0$/); next }
-         /^(command|start time): / { next }
-         { buf[n++] = $0 }
-         function show(   i, f, from) {
+    awk 'function show(   i, f, from) {
              print "-- " name; print "   " res
              f = -1
-             for (i = 0; i < n; i++) if (buf[i] ~ /FAIL/) { f = i; break }
+             for (i = 0; i < n; i++) if (buf[i] ~ /FAIL: /) { f = i; break }
              if (f >= 0) { from = f - 15 < 0 ? 0 : f - 15; for (i = from; i <= f; i++) print "   " substr(buf[i], 1, 240) }
              print "   ..."
              from = n - 10 < 0 ? 0 : n - 10
              for (i = from; i < n; i++) print "   " substr(buf[i], 1, 240)
          }
-         END { if (bad) show() }' "$1"
+         function done() { if (bad) show(); bad = 0; n = 0; name = ""; res = "" }
+         /^=+ [0-9]+\/[0-9]+ =+$/ { done(); inside = 1; next }
+         /^=+$/ || /^Summary of Failures:/ { done(); inside = 0; next }
+         !inside { next }
+         /^test: / { name = $0; next }
+         /^result: / { res = $0; bad = ($0 !~ /exit status 0$/); next }
+         /^(command|start time): / { next }
+         { buf[n++] = $0 }
+         END { done() }' "$1"
 }
 stage1_log=$(mktemp)
+trap 'rm -f "$summary" "$stage1_log"; servers_stop' EXIT
 
 echo "== stage 1: ASan+UBSan build, unit and integration tests"
 meson test -C "$build" --print-errorlogs --num-processes "${TEST_JOBS:-3}" "$@" | tee "$summary"
+failed_before=$failed
 count
+stage1_failed=$((failed - failed_before))
 cp "$build/meson-logs/testlog.txt" "$stage1_log" 2>/dev/null || true
 
 if [ $# -eq 0 ]; then
@@ -126,7 +132,7 @@ if [ $# -eq 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     rm -f /tmp/outbox-bench-quick.$$
 fi
 
-if [ "$failed" -gt 0 ] && [ -s "$stage1_log" ]; then
+if [ "$stage1_failed" -gt 0 ] && [ -s "$stage1_log" ]; then
     echo "== stage 1's failures again (the whole logs are above)"
     recap "$stage1_log"
 fi

@@ -31,7 +31,13 @@ for f in "$root"/docs/*.md; do
         failed=1
     fi
 done
-# the front door stays one: at most 200 lines, none over 200 characters
+# links inside docs/ are relative to docs/ (text moved from the README keeps none of its own)
+n=$((n + 1))
+bad=$(grep -l '](docs/' "$root"/docs/*.md 2>/dev/null | tr '\n' ' ')
+if [ -z "$bad" ]; then echo "ok $n - no link inside docs/ starts with docs/"
+else echo "not ok $n - links inside docs/ that start with docs/ (they point at docs/docs/): $bad"; failed=1; fi
+# the front door stays one: at most 200 lines, none over 200 characters (awk counts bytes:
+# stricter than characters)
 n=$((n + 1))
 lines=$(wc -l <"$root/README.md")
 if [ "$lines" -le 200 ]; then echo "ok $n - the README has $lines lines (at most 200)"

@@ -22,13 +22,13 @@ for dir in "$root"/lib/*/; do
         n=$((n + 1))
         bad=""
         while IFS= read -r inc; do
-            to=${inc%%/*}
-            [ "$to" = "$layer" ] && continue
             # <...> names a system header unless its first folder is one of lib/'s layers
             if [ "${inc#<}" != "$inc" ]; then
-                inc=${inc#<} to=${to#<}
-                [ -n "${level[$to]:-}" ] || continue
+                inc=${inc#<}
+                [ -n "${level[${inc%%/*}]:-}" ] || continue
             fi
+            to=${inc%%/*}
+            [ "$to" = "$layer" ] && continue
             if [ -z "${level[$to]:-}" ] || [ "${level[$to]}" -ge "${level[$layer]}" ]; then
                 bad="$bad $inc"
             fi

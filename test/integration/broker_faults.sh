@@ -19,7 +19,7 @@
 # and duplicates 0 - or, if the relay had to recreate its producer (a new producer id, whose
 # retries the broker cannot recognise), at most OUTBOX_MAX_INFLIGHT per recreation, counted
 # from the broker's side: the producer ids in the topic's log segments.
-# This test carries README's "no loss" and "per-key order across failed deliveries" at the
+# This test carries the guarantees' "no loss" and "per-key order across failed deliveries" at the
 # default in-flight setting; mock_faults cannot (docs/RELIABILITY.md: the mock cluster does
 # not check idempotent sequence numbers).
 . "$(dirname "$0")/lib.sh"
@@ -42,7 +42,7 @@ proxy reset 300 1500
 RELAY_ENV=(OUTBOX_MAX_INFLIGHT=$window OUTBOX_KAFKA_REQUEST_TIMEOUT_MS=3000 OUTBOX_KAFKA_SOCKET_TIMEOUT_MS=3000
     OUTBOX_KAFKA_RECONNECT_BACKOFF_MAX_MS=1000 OUTBOX_BATCH_SIZE=500)
 start_relay main >/dev/null
-# rows in flight, sampled every 0.2 s: never more than OUTBOX_MAX_INFLIGHT (README)
+# rows in flight, sampled every 0.2 s: never more than OUTBOX_MAX_INFLIGHT (docs/RELIABILITY.md, Bounded memory)
 sample_inflight() {
     while [ ! -e "$WORK/stop-sampling" ]; do
         metric main outbox_inflight_rows >>"$WORK/inflight.samples" 2>/dev/null || true

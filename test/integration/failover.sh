@@ -169,7 +169,7 @@ sleep 2
 read_only off
 wait_until 60 "relaying resumes once the server accepts writes" all_sent
 lines=$(grep -c "is read-only (a standby, or demoted)" "$WORK/relay-main4.log")
-[ "$lines" = 1 ] || fail "the read-only server was logged $lines times (README: once)"
+[ "$lines" = 1 ] || fail "the read-only server was logged $lines times (want once)"
 log "5. read-only server: $lines log line(s) naming it, then reconnected and relayed 300 rows"
 stop_relay main4 || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or per-key disorder after the server was read-only"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two shutdown paths the README promises besides the clean one (sigterm.sh):
+# The two shutdown paths the guarantees promise (docs/RELIABILITY.md, Clean stop) besides the clean one (sigterm.sh):
 #   1. deliveries still unacknowledged when OUTBOX_SHUTDOWN_TIMEOUT_MS expires (Kafka
 #      unreachable): the relay exits 0 at the timeout and every row stays PENDING;
 #   2. a second signal during the shutdown: exit 1 at once;

@@ -50,7 +50,7 @@ PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$owner" -v sche
 # Kafka: SASL_SSL client listener, on Kafka 4.1.1 when the programs' librdkafka can log in
 # to it with SCRAM (2.6.1 and later: the image's, RELAYTEST_IMAGE=1), else on Kafka 3.9.1:
 # Debian 12's librdkafka (2.0.2, the host build) sends the SCRAM client nonce twice, which
-# Kafka 4.x refuses (fixed in librdkafka 2.6.1; README "Secure connections") — the relay's
+# Kafka 4.x refuses (fixed in librdkafka 2.6.1; docs/DEPLOYING.md, "Secure connections") — the relay's
 # start-up warning and its message for a refused login say so.
 old_scram() { [ "$(printf '%s\n2.6.1\n' "$1" | sort -V | head -1)" != 2.6.1 ]; }
 rdk=$("$RELAYTEST_RELAY_BIN" --version | sed -n 's/.*(librdkafka \([0-9.]*\),.*/\1/p')
