@@ -56,16 +56,20 @@ int claim_ready(const struct relay *r)
 
 void claim_floors_reset(struct relay *r, const char *why)
 {
-    /* the rows in flight the floors had passed: those only a claim from the bottom finds */
+    floors_reset(&r->claim.floors);
+    r->m.floor_resets_total++;
+    log_debug("claim: floors back to the bottom (%s)", why);
+}
+
+size_t claim_rows_below_floors(const struct relay *r)
+{
     size_t below = 0;
     for (size_t i = 0; i < r->win.n; i++) {
         int64_t at = r->claim.floors.at[r->win.rows[i].partition];
         if (at > 0 && r->win.rows[i].id <= at)
             below++;
     }
-    floors_reset(&r->claim.floors);
-    r->m.floor_resets_total++;
-    log_debug("claim: floors back to the bottom (%s; %zu rows in flight below them)", why, below);
+    return below;
 }
 
 /* Rows claimed but not produced go back: they stay PENDING and are claimed again (below

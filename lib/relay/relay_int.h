@@ -270,6 +270,9 @@ int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
 /* Rows were put back below the floors: the next claim reads every partition from the bottom. */
 void claim_floors_reset(struct relay *r, const char *why);
+/* The rows in flight at or below their partition's floor (only a claim from the bottom finds
+ * them again): O(rows in flight). */
+size_t claim_rows_below_floors(const struct relay *r);
 /* The floors' proof: due every FLOOR_PROBE_MS while running (schema 5 and later). */
 int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);

@@ -41,9 +41,9 @@ stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$topic" || fail "loss or per-key disorder after a failed delivery of rows below the floors"
 # the premise: when the failure reset the floors, rows in flight lay below them (only a
 # claim from the bottom finds those)
-reset=$(grep -m1 "claim: floors back to the bottom (fatal producer error\|claim: floors back to the bottom (delivery to" \
-    "$WORK/relay-main.log") || fail "no floor reset logged after the failed delivery"
-below=$(sed -n 's/.*; \([0-9]*\) rows in flight below them).*/\1/p' <<<"$reset")
+reset=$(grep -m1 "reset: [0-9]* rows in flight lay below the floors" "$WORK/relay-main.log") ||
+    fail "no reset logged after the failed delivery"
+below=$(sed -n 's/.*reset: \([0-9]*\) rows in flight lay below the floors.*/\1/p' <<<"$reset")
 log "the failure reset the floors with ${below:-?} rows in flight below them"
 [ -n "$below" ] && [ "$below" -gt 0 ] ||
     fail "no row in flight lay below the floors when the delivery failed: nothing tested ($reset)"
