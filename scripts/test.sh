@@ -71,15 +71,13 @@ recap() {
          { buf[n++] = $0 }
          END { done() }' "$1"
 }
-stage1_log=$(mktemp)
-trap 'rm -f "$summary" "$stage1_log"; servers_stop' EXIT
+trap 'rm -f "$summary"; servers_stop' EXIT
 
 echo "== stage 1: ASan+UBSan build, unit and integration tests"
 meson test -C "$build" --print-errorlogs --num-processes "${TEST_JOBS:-3}" "$@" | tee "$summary"
 failed_before=$failed
 count
 stage1_failed=$((failed - failed_before))
-cp "$build/meson-logs/testlog.txt" "$stage1_log" 2>/dev/null || true
 
 if [ $# -eq 0 ]; then
     echo "== stage 2: valgrind memcheck (unit tests, flow and sigterm)"
@@ -132,10 +130,11 @@ if [ $# -eq 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     rm -f /tmp/outbox-bench-quick.$$
 fi
 
-if [ "$stage1_failed" -gt 0 ] && [ -s "$stage1_log" ]; then
+# (stage 1's log is still there: stages 2-5 run no test in $build)
+if [ "$stage1_failed" -gt 0 ]; then
     echo "== stage 1's failures again (the whole logs are above)"
-    recap "$stage1_log"
+    recap "$build/meson-logs/testlog.txt"
 fi
-rm -f "$summary" "$stage1_log"
+rm -f "$summary"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

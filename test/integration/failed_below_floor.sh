@@ -15,6 +15,10 @@
 setup_db
 topic="$TOPIC_PREFIX.order"
 start_mock --brokers 1 --topic "$topic:1"
+# One Produce request in flight, as in mock_faults (whose header says why: the mock cluster
+# checks no sequence numbers, and a failed request's messages would be acknowledged by the
+# next one's success); it also keeps the rows queued behind the one slow request. Debug: the
+# reset's line that counts the rows below the floors (the premise, checked at the end).
 RELAY_ENV=(OUTBOX_BATCH_SIZE=50 OUTBOX_LOG_LEVEL=debug OUTBOX_KAFKA_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION=1)
 start_relay main >/dev/null
 writers 2 100 10
