@@ -66,6 +66,38 @@ static void print_table(FILE *out, const char *title, PGresult *res)
     }
 }
 
+/* status's report from its four results: text, or JSON with --json. */
+static void status_print(FILE *out, const struct config *cfg, int json, PGresult *summary, PGresult *parked,
+                         PGresult *topics, PGresult *relays)
+{
+    if (json) {
+        json_t *doc = json_object();
+        json_object_set_new(doc, "table", json_string(cfg->table));
+        json_object_set_new(doc, "schema_version", cell(summary, 0, 0, 1));
+        json_object_set_new(doc, "layout", json_string(cfg->layout));
+        json_object_set_new(doc, "pending_rows", cell(summary, 0, 1, 1));
+        json_object_set_new(doc, "oldest_pending_age_seconds", cell(summary, 0, 2, 1));
+        json_object_set_new(doc, "failed_rows", cell(summary, 0, 3, 1));
+        json_object_set_new(doc, "parked", rows_json(parked, "1000100"));
+        json_object_set_new(doc, "topics", rows_json(topics, "011"));
+        json_object_set_new(doc, "relays", rows_json(relays, "0100101"));
+        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        fprintf(out, "%s\n", text);
+        free(text);
+        json_decref(doc);
+    } else {
+        fprintf(out, "outbox %s (schema version %s, %s layout)\n", cfg->table, PQgetvalue(summary, 0, 0),
+                cfg->layout);
+        fprintf(out, "  pending rows:        %s\n", PQgetvalue(summary, 0, 1));
+        fprintf(out, "  oldest pending age:  %s\n",
+                PQgetisnull(summary, 0, 2) ? "-" : PQgetvalue(summary, 0, 2));
+        fprintf(out, "  parked (FAILED):     %s\n", PQgetvalue(summary, 0, 3));
+        print_table(out, "parked rows (requeue with: outbox-relay requeue --id N | --key K | --all)", parked);
+        print_table(out, "topics with unsent rows", topics);
+        print_table(out, "connected relays", relays);
+    }
+}
+
 int admin_status(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
 {
     struct outbox_sql sql;
@@ -123,32 +155,7 @@ int admin_status(PGconn *conn, const struct config *cfg, const struct command *c
     if (!(relays = pgconn_exec(conn, q.buf, 0, NULL, err, errlen)))
         goto out;
 
-    if (cmd->json) {
-        json_t *doc = json_object();
-        json_object_set_new(doc, "table", json_string(cfg->table));
-        json_object_set_new(doc, "schema_version", cell(summary, 0, 0, 1));
-        json_object_set_new(doc, "layout", json_string(cfg->layout));
-        json_object_set_new(doc, "pending_rows", cell(summary, 0, 1, 1));
-        json_object_set_new(doc, "oldest_pending_age_seconds", cell(summary, 0, 2, 1));
-        json_object_set_new(doc, "failed_rows", cell(summary, 0, 3, 1));
-        json_object_set_new(doc, "parked", rows_json(parked, "1000100"));
-        json_object_set_new(doc, "topics", rows_json(topics, "011"));
-        json_object_set_new(doc, "relays", rows_json(relays, "0100101"));
-        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-        fprintf(out, "%s\n", text);
-        free(text);
-        json_decref(doc);
-    } else {
-        fprintf(out, "outbox %s (schema version %s, %s layout)\n", cfg->table, PQgetvalue(summary, 0, 0),
-                cfg->layout);
-        fprintf(out, "  pending rows:        %s\n", PQgetvalue(summary, 0, 1));
-        fprintf(out, "  oldest pending age:  %s\n",
-                PQgetisnull(summary, 0, 2) ? "-" : PQgetvalue(summary, 0, 2));
-        fprintf(out, "  parked (FAILED):     %s\n", PQgetvalue(summary, 0, 3));
-        print_table(out, "parked rows (requeue with: outbox-relay requeue --id N | --key K | --all)", parked);
-        print_table(out, "topics with unsent rows", topics);
-        print_table(out, "connected relays", relays);
-    }
+    status_print(out, cfg, cmd->json, summary, parked, topics, relays);
     rc = 0;
 out:
     PQclear(summary);

@@ -435,6 +435,21 @@ static int compare(struct audit *a, struct report *r, const char *start)
     return judge_missing(a, r, start);
 }
 
+/* The audit's consumer closed and its state freed. */
+static void audit_free(struct audit *a)
+{
+    if (a->rk) {
+        rd_kafka_consumer_close(a->rk);
+        rd_kafka_destroy(a->rk);
+    }
+    for (int t = 0; t < a->n_topics; t++) {
+        free(a->topics[t].name);
+        free(a->topics[t].parts);
+    }
+    strbuf_destroy(&a->copy);
+    free(a);
+}
+
 int audit_run(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
 {
     struct audit *a = xcalloc(1, sizeof(*a));
@@ -501,17 +516,8 @@ out:
         PQclear(PQexec(conn, "ROLLBACK"));
     PQclear(PQexec(conn, "DROP TABLE IF EXISTS pg_temp.outbox_audit_seen, pg_temp.outbox_audit_rows,"
                          " pg_temp.outbox_audit_first"));
-    if (a->rk) {
-        rd_kafka_consumer_close(a->rk);
-        rd_kafka_destroy(a->rk);
-    }
-    for (int t = 0; t < a->n_topics; t++) {
-        free(a->topics[t].name);
-        free(a->topics[t].parts);
-    }
     json_decref(r.lost_rows);
-    strbuf_destroy(&a->copy);
-    free(a);
+    audit_free(a);
     strbuf_destroy(&q);
     free(schema_q);
     free(table_q);

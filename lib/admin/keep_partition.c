@@ -184,6 +184,66 @@ static int prepare(PGconn *conn, const char *schema_q, const char *table_q, cons
     return rc;
 }
 
+/* The switch-over's script, run in the step's transaction: the plain table renamed to the
+ * first partition (and its indexes), a partitioned parent like it with the identity going on
+ * from the old one's last value (grants copied, owners kept), two partitions ahead from bound,
+ * and what hangs on the parent made again (the doorbell's trigger, the kept view, the enqueue
+ * function); first: the first partition's qualified name; old_seq: the old identity's. */
+static void switch_script(struct strbuf *sb, const char *schema_q, const char *table_q, const char *name,
+                          const char *first, const char *old_seq, const char *trigger, const char *view,
+                          const char *enqueue, long long width, long long bound)
+{
+    strbuf_printf(sb, "ALTER TABLE %s RENAME TO \"%s_p0\";\n", table_q, name);
+    static const char *const idx[] = {"pkey", "pending_idx", "failed_idx", "event_id_idx"};
+    for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
+        strbuf_printf(sb, "ALTER INDEX %s.\"%s_%s\" RENAME TO \"%s_p0_%s\";\n", schema_q, name, idx[i], name, idx[i]);
+    strbuf_printf(sb,
+                  "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS"
+                  " INCLUDING IDENTITY INCLUDING STORAGE) PARTITION BY RANGE (id);\n"
+                  "ALTER TABLE %s DROP CONSTRAINT \"%s_ids_below\";\n"
+                  "ALTER TABLE %s ADD CONSTRAINT \"%s_pkey\" PRIMARY KEY (id);\n"
+                  "CREATE INDEX \"%s_pending_idx\" ON %s (lease_partition, id) WHERE status = 'PENDING';\n"
+                  "CREATE INDEX \"%s_failed_idx\" ON %s (aggregate_id) WHERE status = 'FAILED';\n"
+                  "CREATE INDEX \"%s_event_id_idx\" ON %s (event_id);\n",
+                  table_q, first, table_q, name, table_q, name, name, table_q, name, table_q, name, table_q);
+    /* the identity goes on from the old one's last value, with its grants; the old one goes */
+    char seq_expr[400], old_expr[400], table_expr[400], first_expr[400];
+    snprintf(seq_expr, sizeof(seq_expr), "pg_catalog.pg_get_serial_sequence('%s', 'id')", table_q);
+    snprintf(old_expr, sizeof(old_expr), "'%s'", old_seq);
+    snprintf(table_expr, sizeof(table_expr), "'%s'", table_q);
+    snprintf(first_expr, sizeof(first_expr), "'%s'", first);
+    strbuf_printf(sb, "SELECT setval(%s::regclass, coalesce(pg_sequence_last_value('%s'::regclass), 1),"
+                       " pg_sequence_last_value('%s'::regclass) IS NOT NULL);\n",
+                  seq_expr, old_seq, old_seq);
+    copy_grants(sb, "SEQUENCE", old_expr, seq_expr);
+    copy_grants(sb, "TABLE", first_expr, table_expr);
+    strbuf_printf(sb, "ALTER TABLE %s ALTER COLUMN id DROP IDENTITY;\n"
+                       "DO $r$ BEGIN EXECUTE format('ALTER SEQUENCE %%s RENAME TO %%I', %s, '%s_id_seq'); END $r$;\n"
+                       "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%lld);\n"
+                       "ALTER TABLE %s DROP CONSTRAINT \"%s_ids_below\";\n",
+                  first, seq_expr, name, table_q, first, bound, first, name);
+    for (int i = 0; i < 2; i++)
+        strbuf_printf(sb, "CREATE TABLE %s.\"%s_p%lld\" PARTITION OF %s FOR VALUES FROM (%lld) TO (%lld)"
+                           " WITH (fillfactor = 100, autovacuum_vacuum_insert_scale_factor = 0,"
+                           " autovacuum_vacuum_insert_threshold = 20000, autovacuum_analyze_scale_factor = 0.02,"
+                           " autovacuum_vacuum_cost_delay = 0);\n",
+                      schema_q, name, bound + i * width, table_q, bound + i * width, bound + (i + 1) * width);
+    /* owned by the table's owner, whoever runs the step (a superuser, say) */
+    strbuf_printf(sb, "DO $o$ DECLARE o text := (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '%s'::regclass);"
+                       " BEGIN EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s', o);", first, table_q);
+    for (int i = 0; i < 2; i++)
+        strbuf_printf(sb, " EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s.\"%s_p%lld\"', o);", schema_q, name,
+                      bound + i * width);
+    strbuf_puts(sb, " END $o$;\n");
+    if (trigger[0])
+        strbuf_printf(sb, "DROP TRIGGER \"%s_doorbell\" ON %s;\n%s;\n", name, first, trigger);
+    if (view[0])
+        strbuf_printf(sb, "CREATE OR REPLACE VIEW %s.\"%s_kept\" AS %s\n", schema_q, name, view);
+    strbuf_printf(sb, "%s;\n", enqueue);
+    /* the partitions' ranges recorded (what tells a partition dropped by hand later) */
+    strbuf_printf(sb, "SELECT count(*) FROM %s.\"%s_partitions\"(NULL);\n", schema_q, name);
+}
+
 /* The switch, in the open transaction: 0, 1 when another migrate partitioned the table
  * meanwhile, -1 with err (state: its SQLSTATE). */
 static int switch_over(PGconn *conn, const struct config *cfg, const char *schema_q, const char *table_q,
@@ -237,55 +297,7 @@ static int switch_over(PGconn *conn, const struct config *cfg, const char *schem
     if (schema_payload_type(conn, cfg->table, payload_type, sizeof(payload_type), err, errlen) != 0)
         goto out;
     enqueue = schema_expand(enqueue_sql, cfg->table, payload_type);
-    strbuf_printf(&sb, "ALTER TABLE %s RENAME TO \"%s_p0\";\n", table_q, name);
-    static const char *const idx[] = {"pkey", "pending_idx", "failed_idx", "event_id_idx"};
-    for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
-        strbuf_printf(&sb, "ALTER INDEX %s.\"%s_%s\" RENAME TO \"%s_p0_%s\";\n", schema_q, name, idx[i], name, idx[i]);
-    strbuf_printf(&sb,
-                  "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS"
-                  " INCLUDING IDENTITY INCLUDING STORAGE) PARTITION BY RANGE (id);\n"
-                  "ALTER TABLE %s DROP CONSTRAINT \"%s_ids_below\";\n"
-                  "ALTER TABLE %s ADD CONSTRAINT \"%s_pkey\" PRIMARY KEY (id);\n"
-                  "CREATE INDEX \"%s_pending_idx\" ON %s (lease_partition, id) WHERE status = 'PENDING';\n"
-                  "CREATE INDEX \"%s_failed_idx\" ON %s (aggregate_id) WHERE status = 'FAILED';\n"
-                  "CREATE INDEX \"%s_event_id_idx\" ON %s (event_id);\n",
-                  table_q, first, table_q, name, table_q, name, name, table_q, name, table_q, name, table_q);
-    /* the identity goes on from the old one's last value, with its grants; the old one goes */
-    char seq_expr[400], old_expr[400], table_expr[400], first_expr[400];
-    snprintf(seq_expr, sizeof(seq_expr), "pg_catalog.pg_get_serial_sequence('%s', 'id')", table_q);
-    snprintf(old_expr, sizeof(old_expr), "'%s'", old_seq);
-    snprintf(table_expr, sizeof(table_expr), "'%s'", table_q);
-    snprintf(first_expr, sizeof(first_expr), "'%s'", first);
-    strbuf_printf(&sb, "SELECT setval(%s::regclass, coalesce(pg_sequence_last_value('%s'::regclass), 1),"
-                       " pg_sequence_last_value('%s'::regclass) IS NOT NULL);\n",
-                  seq_expr, old_seq, old_seq);
-    copy_grants(&sb, "SEQUENCE", old_expr, seq_expr);
-    copy_grants(&sb, "TABLE", first_expr, table_expr);
-    strbuf_printf(&sb, "ALTER TABLE %s ALTER COLUMN id DROP IDENTITY;\n"
-                       "DO $r$ BEGIN EXECUTE format('ALTER SEQUENCE %%s RENAME TO %%I', %s, '%s_id_seq'); END $r$;\n"
-                       "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%lld);\n"
-                       "ALTER TABLE %s DROP CONSTRAINT \"%s_ids_below\";\n",
-                  first, seq_expr, name, table_q, first, bound, first, name);
-    for (int i = 0; i < 2; i++)
-        strbuf_printf(&sb, "CREATE TABLE %s.\"%s_p%lld\" PARTITION OF %s FOR VALUES FROM (%lld) TO (%lld)"
-                           " WITH (fillfactor = 100, autovacuum_vacuum_insert_scale_factor = 0,"
-                           " autovacuum_vacuum_insert_threshold = 20000, autovacuum_analyze_scale_factor = 0.02,"
-                           " autovacuum_vacuum_cost_delay = 0);\n",
-                      schema_q, name, bound + i * width, table_q, bound + i * width, bound + (i + 1) * width);
-    /* owned by the table's owner, whoever runs the step (a superuser, say) */
-    strbuf_printf(&sb, "DO $o$ DECLARE o text := (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '%s'::regclass);"
-                       " BEGIN EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s', o);", first, table_q);
-    for (int i = 0; i < 2; i++)
-        strbuf_printf(&sb, " EXECUTE format('ALTER TABLE %%s OWNER TO %%I', '%s.\"%s_p%lld\"', o);", schema_q, name,
-                      bound + i * width);
-    strbuf_puts(&sb, " END $o$;\n");
-    if (trigger[0])
-        strbuf_printf(&sb, "DROP TRIGGER \"%s_doorbell\" ON %s;\n%s;\n", name, first, trigger);
-    if (view[0])
-        strbuf_printf(&sb, "CREATE OR REPLACE VIEW %s.\"%s_kept\" AS %s\n", schema_q, name, view);
-    strbuf_printf(&sb, "%s;\n", enqueue);
-    /* the partitions' ranges recorded (what tells a partition dropped by hand later) */
-    strbuf_printf(&sb, "SELECT count(*) FROM %s.\"%s_partitions\"(NULL);\n", schema_q, name);
+    switch_script(&sb, schema_q, table_q, name, first, old_seq, trigger, view, enqueue, width, bound);
     rc = run(conn, sb.buf, state, err, errlen);
 out:
     strbuf_destroy(&sb);

@@ -219,6 +219,35 @@ static int declare_cursor(PGconn *conn, const struct config *cfg, const struct c
     return 0;
 }
 
+/* Fetches the cursor's rows FETCH_ROWS at a time and publishes them (or counts them, with
+ * --dry-run), until the last or a fatal producer error; then waits for what is in flight.
+ * 0, or -1 with err. */
+static int fetch_all(PGconn *conn, struct replay *rp, int bytea, const struct message_layout *lay, int dry_run,
+                     char *err, size_t errlen)
+{
+    for (;;) {
+        PGresult *res = pgconn_exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
+        if (!res)
+            return -1;
+        int n = PQntuples(res);
+        struct pg_bytes payloads = {0};
+        if (bytea && pg_bytes_decode(&payloads, res, 6) != 0) {
+            PQclear(res);
+            return set_err(err, errlen, "a bytea payload did not come as hex");
+        }
+        publish_fetched(rp, res, bytea ? &payloads : NULL, lay, dry_run);
+        pg_bytes_free(&payloads);
+        PQclear(res);
+        if (n < FETCH_ROWS || rp->fatal)
+            break;
+        if (rp->loop)
+            drain(rp, 10000); /* keep what waits in the producer bounded */
+    }
+    if (rp->loop)
+        drain(rp, 0);
+    return 0;
+}
+
 int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd, FILE *out, char *err, size_t errlen)
 {
     char *schema_q, *t, *name;
@@ -267,27 +296,8 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
         ev_timer_init(&tick, tick_cb, 1.0, 1.0);
         ev_timer_start(rp.loop, &tick);
     }
-    for (;;) {
-        res = pgconn_exec(conn, "FETCH 1000 FROM replay", 0, NULL, err, errlen); /* FETCH_ROWS */
-        if (!res)
-            goto out;
-        int n = PQntuples(res);
-        struct pg_bytes payloads = {0};
-        if (bytea && pg_bytes_decode(&payloads, res, 6) != 0) {
-            set_err(err, errlen, "a bytea payload did not come as hex");
-            goto out;
-        }
-        publish_fetched(&rp, res, bytea ? &payloads : NULL, &lay, cmd->dry_run);
-        pg_bytes_free(&payloads);
-        PQclear(res);
-        res = NULL;
-        if (n < FETCH_ROWS || rp.fatal)
-            break;
-        if (rp.loop)
-            drain(&rp, 10000); /* keep what waits in the producer bounded */
-    }
-    if (rp.loop)
-        drain(&rp, 0);
+    if (fetch_all(conn, &rp, bytea, &lay, cmd->dry_run, err, errlen) != 0)
+        goto out;
     if (!(res = pgconn_exec(conn, "COMMIT", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);

@@ -70,6 +70,72 @@ static void insert_params(const struct inbox *ib, const struct incoming *in, con
     params[9] = error;
 }
 
+/* Sends the batch in one pipeline: BEGIN, each message's apply, COMMIT, sync. 1 when all
+ * was sent. */
+static int send_batch(struct inbox *ib, struct incoming *in, int n, const char *attempts)
+{
+    char **keys = xcalloc((size_t)n, sizeof(*keys));
+    int sent = PQenterPipelineMode(ib->conn) && PQsendQueryParams(ib->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
+    for (int i = 0; sent && i < n; i++) {
+        const char *params[14];
+        insert_params(ib, &in[i], attempts, NULL, params);
+        keys[i] = in[i].m->key ? xstrndup(in[i].m->key, in[i].m->key_len) : NULL;
+        params[9] = in[i].event_id && inbox_is_uuid(in[i].event_id) ? in[i].event_id : NULL;
+        params[10] = in[i].event_type;
+        params[11] = keys[i];
+        params[12] = in[i].payload_doc ? in[i].payload : NULL;
+        params[13] = in[i].headers_json;
+        sent = PQsendQueryPrepared(ib->conn, "inbox_apply", 14, params, NULL, NULL, 0);
+    }
+    sent = sent && PQsendQueryParams(ib->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(ib->conn);
+    for (int i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    return sent;
+}
+
+/* Reads the pipeline's results (BEGIN, n applies, COMMIT, each followed by NULL; then the
+ * sync): fresh[i] whether message i was applied now (not a duplicate); *bad the message whose
+ * apply failed first, or -1. 1 when anything failed (*transient: whether to retry as a
+ * transient failure), else 0. */
+static int read_batch(struct inbox *ib, int n, int *fresh, int *bad, int *transient)
+{
+    int failed = 0, step = 0, synced = 0;
+    *bad = -1;
+    while (!synced) {
+        PGresult *res = PQgetResult(ib->conn);
+        if (!res) {
+            if (PQstatus(ib->conn) != CONNECTION_OK) {
+                failed = 1;
+                inbox_failure(ib, NULL, transient);
+                break;
+            }
+            step++;
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            synced = 1;
+        } else if (st == PGRES_PIPELINE_ABORTED) {
+            failed = 1;
+        } else if (!pgconn_result_ok(res)) {
+            if (!failed) { /* the first error: later statements are aborted */
+                inbox_failure(ib, res, transient);
+                *bad = step >= 1 && step <= n ? step - 1 : -1;
+            }
+            failed = 1;
+        } else if (step >= 1 && step <= n) {
+            fresh[step - 1] = PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) == 1;
+        }
+        PQclear(res);
+    }
+    if (PQpipelineStatus(ib->conn) != PQ_PIPELINE_OFF && !PQexitPipelineMode(ib->conn) && !failed) {
+        failed = 1;
+        inbox_failure(ib, NULL, transient);
+    }
+    return failed;
+}
+
 /* One transaction for in[0..n), sent in one pipeline (one round trip, one WAL flush):
  * BEGIN, per message the apply statement (its dedupe record, and the handler if the record
  * is new), COMMIT. INBOX_DONE_APPLIED: all committed (fresh[i] says which were applied).
@@ -94,58 +160,15 @@ static enum inbox_outcome apply_run(struct inbox *ib, struct incoming *in, int n
         ib->prepared = 1;
     }
     memset(fresh, 0, (size_t)n * sizeof(*fresh));
-    char **keys = xcalloc((size_t)n, sizeof(*keys));
-    int sent = PQenterPipelineMode(ib->conn) && PQsendQueryParams(ib->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
-    for (int i = 0; sent && i < n; i++) {
-        const char *params[14];
-        insert_params(ib, &in[i], attempts, NULL, params);
-        keys[i] = in[i].m->key ? xstrndup(in[i].m->key, in[i].m->key_len) : NULL;
-        params[9] = in[i].event_id && inbox_is_uuid(in[i].event_id) ? in[i].event_id : NULL;
-        params[10] = in[i].event_type;
-        params[11] = keys[i];
-        params[12] = in[i].payload_doc ? in[i].payload : NULL;
-        params[13] = in[i].headers_json;
-        sent = PQsendQueryPrepared(ib->conn, "inbox_apply", 14, params, NULL, NULL, 0);
-    }
-    sent = sent && PQsendQueryParams(ib->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(ib->conn);
-    for (int i = 0; i < n; i++)
-        free(keys[i]);
-    free(keys);
-    /* results: BEGIN, n applies, COMMIT, each followed by NULL; then the sync */
-    int failed = !sent, step = 0, synced = 0;
     *bad = -1;
-    if (!sent)
-        inbox_failure(ib, NULL, &transient);
-    while (sent && !synced) {
-        PGresult *res = PQgetResult(ib->conn);
-        if (!res) {
-            if (PQstatus(ib->conn) != CONNECTION_OK) {
-                failed = 1;
-                inbox_failure(ib, NULL, &transient);
-                break;
-            }
-            step++;
-            continue;
-        }
-        ExecStatusType st = PQresultStatus(res);
-        if (st == PGRES_PIPELINE_SYNC) {
-            synced = 1;
-        } else if (st == PGRES_PIPELINE_ABORTED) {
-            failed = 1;
-        } else if (!pgconn_result_ok(res)) {
-            if (!failed) { /* the first error: later statements are aborted */
-                inbox_failure(ib, res, &transient);
-                *bad = step >= 1 && step <= n ? step - 1 : -1;
-            }
-            failed = 1;
-        } else if (step >= 1 && step <= n) {
-            fresh[step - 1] = PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) == 1;
-        }
-        PQclear(res);
-    }
-    if (PQpipelineStatus(ib->conn) != PQ_PIPELINE_OFF && !PQexitPipelineMode(ib->conn) && !failed) {
+    int failed;
+    if (!send_batch(ib, in, n, attempts)) {
         failed = 1;
         inbox_failure(ib, NULL, &transient);
+        if (PQpipelineStatus(ib->conn) != PQ_PIPELINE_OFF)
+            PQexitPipelineMode(ib->conn);
+    } else {
+        failed = read_batch(ib, n, fresh, bad, &transient);
     }
     if (failed) {
         inbox_rollback(ib);

@@ -1,5 +1,5 @@
 /* outbox-inbox and PostgreSQL (inbox_int.h): connect, migrate, resolve the handler, build
- * the statements, run one, and judge its failures. */
+ * the statements, run one, judge its failures, and retention. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,4 +221,28 @@ int inbox_ensure_connected(struct inbox *ib)
             break;
     }
     return 1;
+}
+
+void inbox_retention(struct inbox *ib)
+{
+    int64_t now = mono_ms();
+    if (!ib->cfg->retention_seconds || now - ib->last_retention < RETENTION_EVERY_MS || inbox_ensure_connected(ib))
+        return;
+    ib->last_retention = now;
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%d", ib->cfg->retention_seconds);
+    const char *params[1] = {secs};
+    for (int round = 0; round < 20; round++) {
+        int transient = 0;
+        PGresult *res = inbox_statement(ib, ib->retention_sql, 1, params, &transient);
+        if (!res) {
+            log_warn("retention: %s", ib->last_error);
+            return;
+        }
+        long n = atol(PQcmdTuples(res));
+        PQclear(res);
+        ib->retention_deleted += (uint64_t)n;
+        if (n < RETENTION_BATCH)
+            return;
+    }
 }

@@ -1,8 +1,9 @@
 /* outbox-inbox's parts, private to lib/inbox/ (as relay_int.h is to lib/relay/): the
  * inbox's state, one incoming message, and what each file offers the others —
  *   inbox.c         the life cycle (new/free) and the loop;
- *   inbox_db.c      PostgreSQL: connect, migrate, resolve the handler, statements, failures;
- *   inbox_status.c  /metrics and /status, retention, pauses that keep them fresh;
+ *   inbox_db.c      PostgreSQL: connect, migrate, resolve the handler, statements, failures,
+ *                   retention;
+ *   inbox_status.c  /metrics and /status, pauses that keep them fresh;
  *   source.h        the broker behind a seam (source_kafka.c: the consumer and the
  *                   dead-letter producer, their callbacks, remaking them);
  *   inbox_apply.c   one message: its dedupe key and fields, the apply transaction, retries,
@@ -74,11 +75,11 @@ PGresult *inbox_statement(struct inbox *ib, const char *sql, int n, const char *
 void inbox_failure(struct inbox *ib, const PGresult *res, int *transient);
 void inbox_rollback(struct inbox *ib);
 int inbox_ensure_connected(struct inbox *ib); /* 0, or 1 when asked to stop first */
+void inbox_retention(struct inbox *ib);
 
 /* inbox_status.c */
 void inbox_publish(struct inbox *ib, int force);
 int inbox_pause_ms(struct inbox *ib, int ms); /* 1 if asked to stop */
-void inbox_retention(struct inbox *ib);
 
 /* inbox_apply.c */
 void inbox_incoming_init(struct incoming *in, const struct source_msg *m, const struct inbox_config *cfg);

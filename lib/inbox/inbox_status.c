@@ -1,12 +1,10 @@
-/* outbox-inbox's /metrics and /status, retention, and the pauses that keep them fresh
- * (inbox_int.h). */
+/* outbox-inbox's /metrics and /status, and the pauses that keep them fresh (inbox_int.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "inbox/inbox_int.h"
 #include "core/log.h"
-#include "pg/pgconn.h"
 
 static const char *const result_names[] = {"applied", "duplicate", "dead_lettered", "failed"};
 
@@ -82,29 +80,4 @@ int inbox_pause_ms(struct inbox *ib, int ms)
         usleep(50000);
     }
     return *ib->stop != 0;
-}
-
-
-void inbox_retention(struct inbox *ib)
-{
-    int64_t now = mono_ms();
-    if (!ib->cfg->retention_seconds || now - ib->last_retention < RETENTION_EVERY_MS || inbox_ensure_connected(ib))
-        return;
-    ib->last_retention = now;
-    char secs[32];
-    snprintf(secs, sizeof(secs), "%d", ib->cfg->retention_seconds);
-    const char *params[1] = {secs};
-    for (int round = 0; round < 20; round++) {
-        int transient = 0;
-        PGresult *res = inbox_statement(ib, ib->retention_sql, 1, params, &transient);
-        if (!res) {
-            log_warn("retention: %s", ib->last_error);
-            return;
-        }
-        long n = atol(PQcmdTuples(res));
-        PQclear(res);
-        ib->retention_deleted += (uint64_t)n;
-        if (n < RETENTION_BATCH)
-            return;
-    }
 }

@@ -285,18 +285,12 @@ static void claim_fail(struct relay *r, PGresult *res)
 static const struct worker_stmt claim_stmt = {
     .what = "claim", .on_ok = claim_ok, .on_fail = claim_fail, .keeps_result = 1};
 
-void claim_send(struct relay *r)
+/* The partitions of a claim and where each starts, into r->claim.fc and the claim's $4 and
+ * $9 (parts, floors: array literals). */
+static void claim_partitions(struct relay *r, struct strbuf *parts, struct strbuf *floors)
 {
-    struct strbuf ids, paused, parts, held;
-    strbuf_init(&parts);
-    int nparts = lease_activate(r->lease.part, mono_ms(), &parts); /* lease.h: the pure rules */
-    if (!nparts) {
-        strbuf_destroy(&parts);
-        return; /* no partition to publish yet (grace, or none held) */
-    }
-    /* The partitions of this claim and where each starts: every active one above its floor,
-     * at most bottom_k from the bottom (in turn, from bottom_next), and one in turn from the
-     * bottom every SAFETY_PASS_MS. */
+    /* Every active partition above its floor, at most bottom_k from the bottom (in turn, from
+     * bottom_next), and one in turn from the bottom every SAFETY_PASS_MS. */
     struct floor_claim *fc = &r->claim.fc;
     if (!r->claim.bottom_k)
         r->claim.bottom_k = OUTBOX_LEASE_PARTITIONS; /* until a claim shows they are dear */
@@ -316,11 +310,9 @@ void claim_send(struct relay *r)
         r->claim.safety_due_ms = mono_ms() + SAFETY_PASS_MS;
         safety = r->claim.safety_next++ % OUTBOX_LEASE_PARTITIONS;
     }
-    struct strbuf floors;
-    strbuf_init(&floors);
-    strbuf_reset(&parts);
-    pgarray_open(&parts);
-    pgarray_open(&floors);
+    strbuf_reset(parts);
+    pgarray_open(parts);
+    pgarray_open(floors);
     fc->nparts = 0;
     r->claim.fc_bottom = 0;
     r->claim.fc_skipped = 0;
@@ -342,14 +334,29 @@ void claim_send(struct relay *r)
         }
         fc->parts[fc->nparts] = p;
         fc->sent[fc->nparts] = from;
-        pgarray_int(&parts, p);
-        pgarray_int(&floors, from);
+        pgarray_int(parts, p);
+        pgarray_int(floors, from);
         fc->nparts++;
     }
-    pgarray_close(&parts);
-    pgarray_close(&floors);
+    pgarray_close(parts);
+    pgarray_close(floors);
     if (last_bottom >= 0 && from_bottom == 0)
         r->claim.bottom_next = (last_bottom + 1) % OUTBOX_LEASE_PARTITIONS;
+}
+
+void claim_send(struct relay *r)
+{
+    struct strbuf ids, paused, parts, held;
+    strbuf_init(&parts);
+    int nparts = lease_activate(r->lease.part, mono_ms(), &parts); /* lease.h: the pure rules */
+    if (!nparts) {
+        strbuf_destroy(&parts);
+        return; /* no partition to publish yet (grace, or none held) */
+    }
+    struct strbuf floors;
+    strbuf_init(&floors);
+    claim_partitions(r, &parts, &floors);
+    struct floor_claim *fc = &r->claim.fc;
     nparts = fc->nparts;
     strbuf_init(&ids);
     strbuf_init(&paused);

@@ -3,20 +3,9 @@
 #ifndef OUTBOX_OUTBOX_H
 #define OUTBOX_OUTBOX_H
 
-/* Lease partitions of the table, fixed by schema/001 (lease_partition column). */
-#define OUTBOX_LEASE_PARTITIONS 64
-/* Second key of the table's membership lock, held shared by every relay's worker session. */
-#define OUTBOX_MEMBER_LOCK 1000
-/* The pg_locks rows (alias l) of the relays that are members of the table's leases now, in
- * this database; a format with one %d: the table's lease key (outbox_lease_key). */
-#define OUTBOX_STR_(x) #x
-#define OUTBOX_STR(x) OUTBOX_STR_(x)
-#define OUTBOX_MEMBERS_WHERE                                                                   \
-    "l.locktype = 'advisory' AND l.classid = %d::oid AND l.objid = "                           \
-    OUTBOX_STR(OUTBOX_MEMBER_LOCK) " AND l.objsubid = 2"                                       \
-    " AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-
+#include "relay/sql_parts.h"
 #include "relay/config.h"
+#include "relay/keep_sql.h"
 #include "core/util.h"
 
 struct outbox_sql {
@@ -67,26 +56,6 @@ struct outbox_sql {
                             * check, '|'-joined, for the claim's headers; NULL before it */
 };
 
-/* Expressions over a row's created_at that cannot throw, whatever an application wrote
- * (infinity, -infinity, dates before 1970): the Kafka timestamp in ms (the claim's time
- * when created_at is not a usable one), and the age of the oldest finite one. */
-/* The mark's record of the highest id this relay has claimed ($2 relay, $3 the id; the
- * schema and the table's name fill its two %s), for the duplicates estimate after a crash:
- * a CTE named s, in mark and delete modes' marks and keep mode's. */
-#define OUTBOX_RELAY_STATE_CTE                                                                     \
-    " s AS (INSERT INTO %s.\"%s_relay_state\" AS s (relay, claimed_high)"                          \
-    "  VALUES ($2, $3::int8)"                                                                      \
-    "  ON CONFLICT (relay) DO UPDATE SET claimed_high = excluded.claimed_high,"                    \
-    "   updated_at = clock_timestamp()"                                                            \
-    "  WHERE s.claimed_high < excluded.claimed_high)"
-
-#define OUTBOX_CREATED_MS(col) \
-    "(CASE WHEN isfinite(" col ") AND " col " >= 'epoch' THEN (extract(epoch FROM " col        \
-    ") * 1000)::int8 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::int8 END)"
-#define OUTBOX_OLDEST_AGE(col) \
-    "greatest(0, extract(epoch FROM clock_timestamp() - min(" col ") FILTER (WHERE isfinite(" col \
-    "))))"
-
 /* Result columns, by statement: read them by these names, never by bare positions. */
 enum claim_col {
     CLAIM_ID, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
@@ -117,33 +86,7 @@ enum lease_acquire_col {
 
 void outbox_sql_init(struct outbox_sql *sql, const struct config *cfg);
 
-/* keep.c: keep mode's statements (they replace mark, park, note_failed, row_failed, stats,
- * purge and duplicates) and its parts of the claim. */
-struct keep_claim {
-    const char *from, *skip, *requeued, *attempts;
-};
-enum keep_mark_col { KEEP_MARK_RECORDED, KEEP_MARK_REFUSED };
-enum keep_advance_col {
-    KEEP_ADVANCE_PART, KEEP_ADVANCE_W, KEEP_ADVANCE_SAVED, KEEP_ADVANCE_RECORDS, KEEP_ADVANCE_WRITTEN,
-    KEEP_ADVANCE_OLDEST_AGE
-};
-enum keep_audit_col {
-    KEEP_AUDIT_HELD, KEEP_AUDIT_GAPS, KEEP_AUDIT_IDS, KEEP_AUDIT_DROPPED, KEEP_AUDIT_W, KEEP_AUDIT_LOW
-};
-enum keep_check_col {
-    KEEP_CHECK_IDENTITY, KEEP_CHECK_CACHE, KEEP_CHECK_LAST_VALUE, KEEP_CHECK_MAX_ID, KEEP_CHECK_MAX_W,
-    KEEP_CHECK_SEQUENCE, KEEP_CHECK_PARTITIONS_DENIED
-};
-/* The relations keep mode's statements are written with (keep.c, keep_leave.c). */
-struct keep_names {
-    char wm[200], pub[200], parked[200];
-    const char *schema_q, *table_q, *name;
-};
-void keep_names_init(struct keep_names *k, const char *schema_q, const char *table_q, const char *name);
-void outbox_sql_keep(struct outbox_sql *sql, const char *schema_q, const char *table_q, const char *name);
-void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strbuf *from, struct strbuf *skip,
-                             struct strbuf *requeued);
-
+/* outbox_claim.c: the claim, and a row's headers as SQL. */
 /* A row's headers as SQL (json or jsonb) over the rows relation aliased alias: its headers
  * column, or in the Debezium layout the OUTBOX_ADDITIONAL_PLACEMENT columns (validated plain
  * identifiers) of the view's source_row as a JSON object of strings in the setting's order,
@@ -153,9 +96,15 @@ void outbox_keep_claim_parts(const char *schema_q, const char *name, struct strb
 char *outbox_headers_sql(const struct config *cfg, const char *alias, const char *types);
 /* "SELECT <the placement columns' types, '|'-joined>" for the configured table. Caller frees. */
 char *outbox_placement_types_query(const struct config *cfg);
+/* The OUTBOX_ADDITIONAL_PLACEMENT columns as a SQL text[] literal, and their types over the
+ * table t as a SQL expression (the start check's); caller frees. */
+char *outbox_placement_columns(const struct config *cfg);
+char *outbox_placement_types_sql(const struct config *cfg, const char *t);
 /* Rebuilds the claim once the table is known: a bytea payload column is claimed as hex;
  * requeue_count reads the doorbell's count of requeues (schema 5). */
 void outbox_sql_claim(struct outbox_sql *sql, const struct config *cfg, int bytea, int requeue_count);
+
+/* outbox.c */
 /* The doorbell's arm statement for the table's schema: the bell sequence (schema 6) or the
  * doorbell row's armed column (before). */
 void outbox_sql_arm(struct outbox_sql *sql, const struct config *cfg, int bell);

@@ -48,6 +48,33 @@ static void row_failed(struct relay *r, struct inflight_row *slot, int err,
     reset_start(r, reason);
 }
 
+/* The row's message, into msg: 0; or -1 when the row can never be published as it is (a
+ * payload over the sink's limit, a malformed row, a topic not allowed): parked with its
+ * reason. */
+static int build_message(struct relay *r, struct inflight_row *slot, struct outbox_row *row, struct message *msg)
+{
+    char reason[512];
+    if (!row->payload && slot->bytes > sink_max_message_bytes(r->sink)) {
+        snprintf(reason, sizeof(reason), "the payload (%lld bytes) is larger than %s (%lld); "
+                 "it was never fetched", (long long)slot->bytes, r->sink->ops->max_message_name,
+                 sink_max_message_bytes(r->sink));
+        poison_park_row(r, slot, row, reason);
+        return -1;
+    }
+    if (message_build_layout(row, &r->layout, msg, reason, sizeof(reason)) != 0) {
+        poison_park_row(r, slot, row, reason);
+        return -1;
+    }
+    if (!config_topic_allowed(r->cfg->topic_allow, msg->topic)) {
+        snprintf(reason, sizeof(reason), "topic %s is not allowed by OUTBOX_TOPIC_ALLOW (%s)",
+                 msg->topic, r->cfg->topic_allow[0] ? r->cfg->topic_allow : "any name not starting with '_'");
+        message_destroy(msg);
+        poison_park_row(r, slot, row, reason);
+        return -1;
+    }
+    return 0;
+}
+
 /* Produces the claimed rows in id order while the mode is RUNNING, until the producer's
  * queue is full (resumed by the next delivery report) or a produce fails. */
 void produce_claimed(struct relay *r)
@@ -71,24 +98,8 @@ void produce_claimed(struct relay *r)
         }
         struct message msg;
         char reason[512];
-        if (!row.payload && slot->bytes > sink_max_message_bytes(r->sink)) {
-            snprintf(reason, sizeof(reason), "the payload (%lld bytes) is larger than %s (%lld); "
-                     "it was never fetched", (long long)slot->bytes, r->sink->ops->max_message_name,
-                     sink_max_message_bytes(r->sink));
-            poison_park_row(r, slot, &row, reason);
+        if (build_message(r, slot, &row, &msg) != 0)
             continue;
-        }
-        if (message_build_layout(&row, &r->layout, &msg, reason, sizeof(reason)) != 0) {
-            poison_park_row(r, slot, &row, reason);
-            continue;
-        }
-        if (!config_topic_allowed(r->cfg->topic_allow, msg.topic)) {
-            snprintf(reason, sizeof(reason), "topic %s is not allowed by OUTBOX_TOPIC_ALLOW (%s)",
-                     msg.topic, r->cfg->topic_allow[0] ? r->cfg->topic_allow : "any name not starting with '_'");
-            message_destroy(&msg);
-            poison_park_row(r, slot, &row, reason);
-            continue;
-        }
         message_add_relay_header(&msg, "outbox_lease", r->lease.part[slot->partition].token);
         int kslot = kshare_slot(&r->kshare, msg.topic, row.aggregate_id, strlen(row.aggregate_id));
         int first;
