@@ -7,30 +7,6 @@
 #include "core/log.h"
 #include "relay/relay_int.h"
 
-/* A claim row as the message mapping reads it (borrowed from the claim's result, a bytea
- * payload from its decoded bytes); the numbers were read once, into its window slot, when
- * it was claimed. */
-static struct outbox_row claim_row(const struct relay *r, int i, const struct inflight_row *slot)
-{
-    const PGresult *res = r->claim.res;
-    struct outbox_row row = {
-        .id = slot->id,
-        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
-        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
-        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
-        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
-        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
-        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
-        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
-        .headers = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = slot->created_ms,
-        .attempts = slot->attempts,
-    };
-    if (r->claim.payloads.buf)
-        row.payload = pg_bytes_get(&r->claim.payloads, res, CLAIM_PAYLOAD, i, &row.payload_len);
-    return row;
-}
-
 /* A failed produce or delivery: record it on the row and start a reset. */
 static void row_failed(struct relay *r, struct inflight_row *slot, int err,
                        const char *topic, int maybe_persisted, const char *verb)
@@ -79,15 +55,13 @@ static int build_message(struct relay *r, struct inflight_row *slot, struct outb
  * queue is full (resumed by the next delivery report) or a produce fails. */
 void produce_claimed(struct relay *r)
 {
-    if (!r->claim.res || r->mode != MODE_RUNNING)
+    if (!claim_in_hand(r) || r->mode != MODE_RUNNING)
         return;
-    PGresult *res = r->claim.res;
-    int n = PQntuples(res);
-    for (; r->claim.next < n && r->mode == MODE_RUNNING; r->claim.next++) {
-        struct inflight_row *slot = window_find(&r->win, pg_int(PQgetvalue(res, r->claim.next, CLAIM_ID)));
-        if (!slot || slot->state != ROW_QUEUED)
+    struct outbox_row row;
+    struct inflight_row *slot;
+    for (; claim_rows_left(r) > 0 && r->mode == MODE_RUNNING; claim_advance(r)) {
+        if (!claim_cursor_row(r, &row, &slot))
             continue;
-        struct outbox_row row = claim_row(r, r->claim.next, slot);
         if (r->lease.part[slot->partition].state != LEASE_ACTIVE) {
             window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
             continue;
@@ -112,7 +86,7 @@ void produce_claimed(struct relay *r)
                          kshare_partition(kslot), msg.topic, kshare_inflight(&r->kshare, kslot));
             message_destroy(&msg);
             if (verdict == KSHARE_HOLD_ALL) { /* no room to hold its key: the rest waits */
-                r->m.share_held_back_total += (uint64_t)(n - r->claim.next);
+                r->m.share_held_back_total += (uint64_t)claim_rows_left(r);
                 claim_release(r);
                 claim_back_off(r);
                 return;
@@ -142,7 +116,7 @@ void produce_claimed(struct relay *r)
         }
         message_destroy(&msg);
     }
-    if (r->claim.next >= n)
+    if (claim_rows_left(r) == 0)
         claim_release(r);
 }
 
@@ -154,7 +128,7 @@ void produce_left(struct relay *r, struct inflight_row *row)
         log_info("kafka: partition %d of %s drained; its %d held keys are claimed again",
                  kshare_partition(row->kslot), kshare_topic(&r->kshare, row->kslot), freed);
         claim_floors_reset(r, "held keys released"); /* their rows lie below the floors */
-        r->claim.wanted = 1;
+        claim_want(r);
     }
     row->kslot = -1;
 }
@@ -184,25 +158,17 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
         return;
     }
     window_set_state(&r->win, row, ROW_ACKED);
-    if (!r->claim.acked_since_ms)
-        r->claim.acked_since_ms = mono_ms();
+    claim_note_acked(r);
     r->m.published_total++;
     histogram_observe(&r->m.latency, (double)(wall_ms() - row->created_ms) / 1000.0);
-    if (r->reset.isolate_until_id) {
-        if (row->id >= r->reset.isolate_until_id) {
-            log_info("relay: isolation done at row %lld; back to batches", (long long)row->id);
-            r->reset.isolate_until_id = 0;
-        }
-        r->claim.wanted = 1; /* one row at a time: the next claim follows this report */
-    }
+    reset_row_delivered(r, row->id);
 #ifdef OUTBOX_TEST_HOOKS
     if (r->test_fatal_after > 0 && r->m.published_total == (uint64_t)r->test_fatal_after) {
         log_warn("test hook: injecting a fatal producer error");
         sink_test_fatal(r->sink);
     }
 #endif
-    if (r->mode == MODE_RUNNING)
-        backoff_reset(&r->reset.backoff);
+    reset_delivery_ok(r);
     relay_want_kick(r);
 }
 
@@ -211,8 +177,7 @@ static void on_fatal(void *ctx, const char *reason)
     struct relay *r = ctx;
     char why[300];
     snprintf(why, sizeof(why), "fatal producer error: %s", reason);
-    r->reset.fatal_pending = 1;
-    reset_start(r, why);
+    reset_fatal(r, why);
     relay_want_kick(r);
 }
 

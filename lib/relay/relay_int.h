@@ -7,7 +7,10 @@
  * - starting a reset only changes the mode: producing stops by itself when the mode is no
  *   longer RUNNING, and the reset releases the claim when it advances;
  * - every worker statement goes through worker_send, whose completion records contact,
- *   reports failures and asks for a kick. */
+ *   reports failures and asks for a kick;
+ * - a concern's state is written by its own file: produce.c reads the claim's rows through
+ *   claim_rows.c's cursor and tells the claim and the reset what happened through their
+ *   functions (test/circles.sh keeps the files from calling each other in a ring). */
 #ifndef OUTBOX_RELAY_INT_H
 #define OUTBOX_RELAY_INT_H
 
@@ -283,6 +286,22 @@ int mark_due(struct relay *r);
 void doorbell_send_arm(struct relay *r);
 void poll_init(struct relay *r);
 
+/* claim_rows.c: the claimed rows, for the producer. */
+/* A claim's result is there, rows of it perhaps still to produce. */
+int claim_in_hand(const struct relay *r);
+/* The row at the claim's cursor as the message mapping reads it (borrowed from the claim's
+ * result: valid until the claim is released), with its window slot: 1; 0 when it is no
+ * longer queued in the window (to be passed over) or no row is left. */
+int claim_cursor_row(struct relay *r, struct outbox_row *row, struct inflight_row **slot);
+/* The cursor to the next row. */
+void claim_advance(struct relay *r);
+/* Rows from the cursor on, the cursor's own among them (0: every row was passed). */
+int claim_rows_left(const struct relay *r);
+/* The next kick claims (rows are waiting to be claimed again). */
+void claim_want(struct relay *r);
+/* A row was acknowledged: the mark's delay counts from the oldest waiting. */
+void claim_note_acked(struct relay *r);
+
 /* produce.c */
 void produce_claimed(struct relay *r);
 void produce_left(struct relay *r, struct inflight_row *row);
@@ -303,6 +322,13 @@ void poison_dead_letters_resend(struct relay *r);
 
 /* reset.c */
 void reset_start(struct relay *r, const char *reason);
+/* The producer failed for good: a reset that makes it anew. */
+void reset_fatal(struct relay *r, const char *why);
+/* Row id was delivered: while isolating a rejected row (one row at a time), the next claim
+ * follows, and isolation ends at its id. */
+void reset_row_delivered(struct relay *r, int64_t id);
+/* A delivery succeeded while running: the reset backoff starts again from its base. */
+void reset_delivery_ok(struct relay *r);
 void reset_advance(struct relay *r);
 void reset_pause_topic(struct relay *r, const char *topic, int err);
 void reset_init(struct relay *r);

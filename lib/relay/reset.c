@@ -125,3 +125,26 @@ int reset_send_note_failed(struct relay *r)
     strbuf_destroy(&ids);
     return rc;
 }
+
+void reset_fatal(struct relay *r, const char *why)
+{
+    r->reset.fatal_pending = 1;
+    reset_start(r, why);
+}
+
+void reset_row_delivered(struct relay *r, int64_t id)
+{
+    if (!r->reset.isolate_until_id)
+        return;
+    if (id >= r->reset.isolate_until_id) {
+        log_info("relay: isolation done at row %lld; back to batches", (long long)id);
+        r->reset.isolate_until_id = 0;
+    }
+    claim_want(r); /* one row at a time: the next claim follows this report */
+}
+
+void reset_delivery_ok(struct relay *r)
+{
+    if (r->mode == MODE_RUNNING)
+        backoff_reset(&r->reset.backoff);
+}
