@@ -1,7 +1,6 @@
-/* Claiming and marking: the claim statement (per lease partition from its proven floor, in
- * id order, in-flight rows excluded, a quota per partition), the probe that advances the
- * floors' proof (floor.h), the adaptive poll that decides when to claim again, the
- * conditional doorbell, and marking acknowledged rows SENT. */
+/* Claiming: the claim statement (per lease partition from its proven floor, in id order,
+ * in-flight rows excluded, a quota per partition) and the probe that advances the floors'
+ * proof (floor.h). When to claim again is poll.c's; recording rows as sent is record.c's. */
 #include <signal.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -11,7 +10,6 @@
 #include "core/log.h"
 #include "relay/relay_int.h"
 
-#define MARK_MAX_IDS 10000
 /* How often the floors' proof is advanced (one pg_locks read on the worker connection). */
 #define FLOOR_PROBE_MS 250
 /* Reading a partition from the bottom walks its whole dead head, which a long transaction
@@ -28,7 +26,7 @@
 
 static int claim_limit(const struct relay *r)
 {
-    return r->reset.isolate_until_id ? 1 : r->cfg->batch_size;
+    return r->claim.isolate_until_id ? 1 : r->cfg->batch_size;
 }
 
 /* Rows per partition in one claim: a quarter above a fair share of the batch, so that a
@@ -49,7 +47,7 @@ int claim_quota(int limit, int nparts)
 int claim_ready(const struct relay *r)
 {
     return r->claim.wanted && r->mode == MODE_RUNNING && !r->claim.res &&
-           (!r->reset.isolate_until_id || r->win.n == 0) &&
+           (!r->claim.isolate_until_id || r->win.n == 0) &&
            r->win.n + (size_t)r->cfg->batch_size <= (size_t)r->cfg->max_inflight &&
            r->win.bytes < r->cfg->max_inflight_bytes;
 }
@@ -89,60 +87,11 @@ void claim_release(struct relay *r)
     window_remove_state(&r->win, ROW_QUEUED);
 }
 
-/* ---- adaptive poll --------------------------------------------------------------- */
-
-/* Claim again at once after a full batch, soon after a partial one, and back off towards
- * OUTBOX_POLL_INTERVAL_MS while claims come back empty; once idle, arm the doorbell. */
-static void poll_after_claim(struct relay *r, int rows, int limit)
-{
-    struct poll_state *p = &r->poll;
-    if (rows >= limit && !r->reset.isolate_until_id) {
-        r->claim.wanted = 1;
-        p->idle_delay_ms = MIN_POLL_DELAY_MS;
-        return;
-    }
-    r->claim.wanted = 0;
-    if (rows > 0) {
-        p->idle_delay_ms = MIN_POLL_DELAY_MS;
-        p->doorbell_armed = 0;
-    } else {
-        p->idle_delay_ms *= 2;
-        if (p->idle_delay_ms >= r->cfg->poll_interval_ms) {
-            p->idle_delay_ms = r->cfg->poll_interval_ms;
-            if (r->listener && pgconn_connected(r->listener) && !p->doorbell_armed)
-                p->arm_wanted = 1;
-        }
-    }
-    if (p->idle_delay_ms > r->cfg->poll_interval_ms)
-        p->idle_delay_ms = r->cfg->poll_interval_ms;
-    if (r->reset.isolate_until_id)
-        return; /* the next claim follows the delivery report */
-    ev_timer_stop(r->loop, &p->timer);
-    ev_timer_set(&p->timer, p->idle_delay_ms / 1000.0, 0.0);
-    ev_timer_start(r->loop, &p->timer);
-}
-
 /* Nothing of the last claim could go out (its Kafka partitions hold their shares): claim
  * again after the idle delay rather than at once. */
 void claim_back_off(struct relay *r)
 {
-    poll_after_claim(r, 0, claim_limit(r));
-}
-
-static void poll_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    (void)loop;
-    (void)revents;
-    struct relay *r = w->data;
-    r->claim.wanted = 1;
-    relay_want_kick(r);
-}
-
-void poll_init(struct relay *r)
-{
-    r->poll.idle_delay_ms = MIN_POLL_DELAY_MS;
-    ev_init(&r->poll.timer, poll_timer_cb);
-    r->poll.timer.data = r;
+    r->claim.wanted = poll_after_claim(r, 0, claim_limit(r));
 }
 
 /* ---- claim --------------------------------------------------------------------- */
@@ -232,12 +181,9 @@ static void claim_ok(struct relay *r, PGresult *res)
         return;
     }
     if (n == 0) {
-        if (r->reset.isolate_until_id) {
-            log_info("relay: nothing left to isolate; back to batches");
-            r->reset.isolate_until_id = 0;
-        }
+        claim_isolation_end(r, "nothing left to isolate");
         /* partitions left out of this claim (their turn to read from the bottom) go next */
-        poll_after_claim(r, r->claim.fc_skipped ? claim_limit(r) : 0, claim_limit(r));
+        r->claim.wanted = poll_after_claim(r, r->claim.fc_skipped ? claim_limit(r) : 0, claim_limit(r));
         return;
     }
     struct inflight_row *add = xmalloc((size_t)n * sizeof(*add));
@@ -265,7 +211,7 @@ static void claim_ok(struct relay *r, PGresult *res)
               PQgetvalue(res, n - 1, CLAIM_ID), r->win.n);
     r->claim.res = res;
     r->claim.next = 0;
-    poll_after_claim(r, quota_hit || r->claim.fc_skipped ? claim_limit(r) : n, claim_limit(r));
+    r->claim.wanted = poll_after_claim(r, quota_hit || r->claim.fc_skipped ? claim_limit(r) : n, claim_limit(r));
 }
 
 static void claim_fail(struct relay *r, PGresult *res)
@@ -305,7 +251,7 @@ static void claim_partitions(struct relay *r, struct strbuf *parts, struct strbu
      * and later rows of its key, which a broker without the new producer's state on that
      * partition wrote while refusing the row: the key's order broken, poison in CI). */
     int safety = -1, last_bottom = -1;
-    int from_bottom = r->reset.isolate_until_id ? OUTBOX_LEASE_PARTITIONS : r->claim.bottom_k;
+    int from_bottom = r->claim.isolate_until_id ? OUTBOX_LEASE_PARTITIONS : r->claim.bottom_k;
     if (r->claim.floors_on && mono_ms() >= r->claim.safety_due_ms) {
         r->claim.safety_due_ms = mono_ms() + SAFETY_PASS_MS;
         safety = r->claim.safety_next++ % OUTBOX_LEASE_PARTITIONS;
@@ -386,7 +332,7 @@ void claim_send(struct relay *r)
         r->claim.sent_ms = mono_ms();
         if (!claim_used_floors(fc))
             r->m.claims_from_bottom_total++;
-        ev_timer_stop(r->loop, &r->poll.timer);
+        poll_stop(r);
     }
     strbuf_destroy(&ws);
     strbuf_destroy(&floors);
@@ -431,7 +377,7 @@ static int probe_premises(struct relay *r, PGresult *res, int64_t identity)
         r->m.proof_blocked = 1;
         floors_forget_proof(&c->floors);
         if (r->cfg->keep)
-            r->keep.check_due_ms = 0; /* keep's own check (it stops W) runs next */
+            keep_check_now(r); /* keep's own check (it stops W) runs next */
         if (cache == 1)
             r->m.proof_blocked = 0; /* a rewind is seen once: the proof starts over from here */
         return 0;
@@ -494,103 +440,31 @@ void floor_probe_send(struct relay *r)
     worker_send(r, &probe_stmt, r->sql.floor_probe, 1, params);
 }
 
-/* ---- mark ---------------------------------------------------------------------- */
+/* ---- the claim's own state ---------------------------------------------------------- */
 
-static void mark_ok(struct relay *r, PGresult *res)
+void claim_init(struct relay *r)
 {
-    if (r->cfg->keep) {
-        keep_mark_result(r, res);
-        keep_published(r, res);
-    }
-    size_t n = window_remove_state(&r->win, ROW_MARKING);
-    r->m.marked_total += n;
-    log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);
+    floors_init(&r->claim.floors);
 }
 
-/* Not marked: the rows stay acknowledged and are marked by a later statement. */
-static void mark_fail(struct relay *r, PGresult *res)
+void claim_destroy(struct relay *r)
 {
-    (void)res;
-    window_move(&r->win, ROW_MARKING, ROW_ACKED);
-    r->claim.acked_since_ms = 1; /* waited already: due at the next turn */
+    floors_destroy(&r->claim.floors);
 }
 
-/* Whether the acknowledged rows are to be recorded now. Groups of acknowledgements arrive a
- * few rows at a time at low rates, and each record is a statement and a commit: they wait
- * up to OUTBOX_MARK_DELAY_MS for more (a timer wakes the loop then). Not while stopping or
- * resetting, nor while isolating a row (the next one-row claim waits for this record), nor
- * once they are half a statement's worth, nor while the window is half full or too full for
- * the next claim (claims would wait for them). */
-int mark_due(struct relay *r)
+void claim_session_new(struct relay *r)
 {
-    size_t acked = r->win.n_state[ROW_ACKED];
-    if (!acked)
-        return 0;
-    size_t max = (size_t)r->cfg->max_inflight;
-    int64_t max_bytes = r->cfg->max_inflight_bytes;
-    if (r->cfg->mark_delay_ms <= 0 || r->mode != MODE_RUNNING || r->reset.isolate_until_id ||
-        acked >= MARK_MAX_IDS / 2 || r->win.n * 2 >= max || r->win.n + (size_t)r->cfg->batch_size > max ||
-        r->win.bytes * 2 >= max_bytes)
-        return 1;
-    int64_t wait = r->claim.acked_since_ms + r->cfg->mark_delay_ms - mono_ms();
-    if (wait <= 0)
-        return 1;
-    if (!ev_is_active(&r->claim.mark_timer)) {
-        ev_timer_set(&r->claim.mark_timer, (double)wait / 1000.0, 0.0);
-        ev_timer_start(r->loop, &r->claim.mark_timer);
-    }
-    return 0;
+    floors_forget_proof(&r->claim.floors);
+    r->claim.claimed_high = 0;
+    r->claim.probe_high = 0;
 }
 
-static const struct worker_stmt mark_stmt = {
-    .what = "mark", .on_ok = mark_ok, .on_fail = mark_fail};
-
-void mark_send(struct relay *r)
+void claim_schema(struct relay *r, int version)
 {
-#ifdef OUTBOX_TEST_HOOKS
-    if (r->test_kill_before_mark_after > 0 &&
-        r->m.published_total >= (uint64_t)r->test_kill_before_mark_after) {
-        log_warn("test hook: SIGKILL before marking %zu acknowledged rows", r->win.n_state[ROW_ACKED]);
-        kill(getpid(), SIGKILL);
-    }
-#endif
-    struct strbuf ids, parts;
-    strbuf_init(&ids);
-    strbuf_init(&parts);
-    window_take(&r->win, ROW_ACKED, ROW_MARKING, MARK_MAX_IDS, &ids);
-    if (!r->win.n_state[ROW_ACKED]) {
-        r->claim.acked_since_ms = 0;
-        ev_timer_stop(r->loop, &r->claim.mark_timer);
-    }
-    if (r->cfg->keep) /* their lease partitions, in the same order */
-        window_parts_literal(&r->win, ROW_MASK(ROW_MARKING), &parts);
-    char high[24], key[16];
-    snprintf(high, sizeof(high), "%lld", (long long)window_high_id(&r->win));
-    snprintf(key, sizeof(key), "%d", r->sql.lease_key);
-    const char *params[5] = {ids.buf, r->cfg->relay_name, high, parts.buf, key};
-    if (worker_send(r, &mark_stmt, r->sql.mark, r->cfg->keep ? 5 : 3, params) != 0) {
-        window_move(&r->win, ROW_MARKING, ROW_ACKED);
-        r->claim.acked_since_ms = 1;
-    }
-    strbuf_destroy(&ids);
-    strbuf_destroy(&parts);
+    r->claim.floors_on = version >= 5;
 }
 
-/* ---- doorbell ------------------------------------------------------------------ */
-
-static void arm_ok(struct relay *r, PGresult *res)
+int claim_floors_on(const struct relay *r)
 {
-    (void)res;
-    r->poll.doorbell_armed = 1;
-    /* A row committed before the arm took effect rang no bell: look once more. */
-    r->claim.wanted = 1;
-}
-
-static const struct worker_stmt arm_stmt = {.what = "arming the doorbell", .on_ok = arm_ok};
-
-void doorbell_send_arm(struct relay *r)
-{
-    const char *params[1] = {r->cfg->notify_channel};
-    r->poll.arm_wanted = 0;
-    worker_send(r, &arm_stmt, r->sql.arm, 1, params);
+    return r->claim.floors_on;
 }

@@ -1,6 +1,10 @@
-/* The claimed rows, for the producer (relay_int.h): a cursor over the claim's result, in id
- * order. The claim (claim.c) owns the result; produce.c reads its rows through this file and
- * never the result itself. */
+/* The claim's side that other files call (relay_int.h): a cursor over the claim's result in
+ * id order (produce.c reads its rows through it, never the result itself), the claim wanted,
+ * isolation (one row at a time), and the keys held back in the claim. It calls no other file
+ * of the loop, so that every concern may call it. */
+#include <string.h>
+
+#include "core/log.h"
 #include "relay/relay_int.h"
 
 /* Row i of the claim as the message mapping reads it (borrowed from the claim's result, a
@@ -61,8 +65,47 @@ void claim_want(struct relay *r)
     r->claim.wanted = 1;
 }
 
-void claim_note_acked(struct relay *r)
+int64_t claim_isolating(const struct relay *r)
 {
-    if (!r->claim.acked_since_ms)
-        r->claim.acked_since_ms = mono_ms();
+    return r->claim.isolate_until_id;
+}
+
+void claim_isolate_up_to(struct relay *r, int64_t id)
+{
+    if (id > r->claim.isolate_until_id)
+        r->claim.isolate_until_id = id;
+}
+
+void claim_isolation_end(struct relay *r, const char *why)
+{
+    if (!r->claim.isolate_until_id)
+        return;
+    log_info("relay: %s; back to batches", why);
+    r->claim.isolate_until_id = 0;
+}
+
+void claim_row_delivered(struct relay *r, int64_t id)
+{
+    if (!r->claim.isolate_until_id)
+        return;
+    if (id >= r->claim.isolate_until_id) {
+        log_info("relay: isolation done at row %lld; back to batches", (long long)id);
+        r->claim.isolate_until_id = 0;
+    }
+    r->claim.wanted = 1; /* one row at a time: the next claim follows this report */
+}
+
+void claim_hold_key(struct relay *r, const char *key)
+{
+    struct claim_state *c = &r->claim;
+    c->blocked_keys = xrealloc(c->blocked_keys, (c->n_blocked_keys + 1) * sizeof(char *));
+    c->blocked_keys[c->n_blocked_keys++] = xstrdup(key);
+}
+
+int claim_key_held(const struct relay *r, const char *key)
+{
+    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
+        if (strcmp(r->claim.blocked_keys[i], key) == 0)
+            return 1;
+    return 0;
 }

@@ -300,7 +300,7 @@ static void audit_ok(struct relay *r, PGresult *res)
                   "below the watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a "
                   "broken proof; see docs/OUTBOX-TABLE.md, Keep", gaps, p,
                   PQgetvalue(res, 0, KEEP_AUDIT_IDS), gaps > 20 ? ", ..." : "");
-        r->claim.wanted = 1;
+        claim_want(r);
     }
     /* the partition's next turn goes on from here (never below its lowest row), or from the
      * bottom once a pass reached W */
@@ -351,4 +351,24 @@ void keep_mark_result(struct relay *r, const PGresult *res)
         log_warn("keep: %lld acknowledged rows not recorded: this session no longer holds their lease "
                  "partitions (their new holder publishes them again)", refused);
     }
+}
+
+void keep_session_new(struct relay *r)
+{
+    r->keep.session_checked = 0;
+    keep_forget_published(r);
+    r->keep.check_due_ms = 0;
+}
+
+void keep_check_now(struct relay *r)
+{
+    r->keep.check_due_ms = 0;
+}
+
+void keep_destroy(struct relay *r)
+{
+    free(r->keep.pub_id);
+    free(r->keep.pub_part);
+    r->keep.pub_id = NULL;
+    r->keep.pub_part = NULL;
 }

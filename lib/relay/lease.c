@@ -131,7 +131,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
                  "them: publishing after a %lld ms grace); holding %d of %d with %d relays",
                  got, takeovers, (long long)(takeovers ? r->lease.grace_ms : 0),
                  lease_count_held(r->lease.part), OUTBOX_LEASE_PARTITIONS, r->lease.relays);
-        r->claim.wanted = 1;
+        claim_want(r);
     }
 }
 
@@ -277,10 +277,10 @@ int lease_send_next(struct relay *r)
 void lease_check_deadline(struct relay *r)
 {
     int64_t now = mono_ms();
-    if (lease_count_held(r->lease.part) > 0 && now - r->lease.last_contact_ms > r->lease.deadline_ms) {
+    if (lease_count_held(r->lease.part) > 0 && now - r->last_contact_ms > r->lease.deadline_ms) {
         char why[96];
         snprintf(why, sizeof(why), "no answer from PostgreSQL for %lld ms",
-                 (long long)(now - r->lease.last_contact_ms));
+                 (long long)(now - r->last_contact_ms));
         lease_lose_all(r, why);
         pgconn_reset(r->worker, why); /* a new session; the old one's locks go with it */
     }
@@ -308,4 +308,20 @@ void lease_init(struct relay *r)
                   cfg->lease_timeout_ms / 5000.0);
     r->lease.timer.data = r;
     r->lease.due = 1;
+}
+
+void lease_start(struct relay *r)
+{
+    ev_timer_start(r->loop, &r->lease.timer);
+}
+
+void lease_stop(struct relay *r)
+{
+    ev_timer_stop(r->loop, &r->lease.timer);
+}
+
+void lease_destroy(struct relay *r)
+{
+    free(r->lease.events);
+    r->lease.events = NULL;
 }

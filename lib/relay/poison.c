@@ -47,7 +47,7 @@ void poison_destroy(struct relay *r)
  * isolation; the rest (topic errors paused the topic already) wait for the next claim. */
 void poison_judge_failures(struct relay *r)
 {
-    int alone = r->reset.isolate_until_id && r->win.n_state[ROW_FAILED] == 1;
+    int alone = claim_isolating(r) && r->win.n_state[ROW_FAILED] == 1;
     for (size_t i = 0; i < r->win.n; i++) {
         struct inflight_row *row = &r->win.rows[i];
         if (row->state != ROW_FAILED || row->fail != FAILURE_ROW)
@@ -58,21 +58,18 @@ void poison_judge_failures(struct relay *r)
                      sink_err_str(r->sink, row->err));
             queue_update(r, row->id, reason, 1);
             window_set_state(&r->win, row, ROW_PARKING);
-        } else if (row->id > r->reset.isolate_until_id) {
-            r->reset.isolate_until_id = row->id;
+        } else {
+            claim_isolate_up_to(r, row->id);
         }
     }
-    if (r->reset.isolate_until_id)
+    if (claim_isolating(r))
         log_info("relay: publishing rows one at a time up to id %lld to find the row Kafka "
-                 "rejects", (long long)r->reset.isolate_until_id);
+                 "rejects", (long long)claim_isolating(r));
 }
 
 int poison_key_blocked(const struct relay *r, const char *key)
 {
-    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
-        if (strcmp(r->claim.blocked_keys[i], key) == 0)
-            return 1;
-    return 0;
+    return claim_key_held(r, key);
 }
 
 /* Dead-letter copies are kept until the broker acknowledges them: one that failed for a
@@ -259,11 +256,8 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
     window_set_state(&r->win, slot, ROW_PARKING);
     queue_update(r, row->id, reason, 0);
     dead_letter(r, row, reason);
-    if (strcmp(r->cfg->poison_policy, "block") == 0) {
-        struct claim_state *c = &r->claim;
-        c->blocked_keys = xrealloc(c->blocked_keys, (c->n_blocked_keys + 1) * sizeof(char *));
-        c->blocked_keys[c->n_blocked_keys++] = xstrdup(row->aggregate_id);
-    }
+    if (strcmp(r->cfg->poison_policy, "block") == 0)
+        claim_hold_key(r, row->aggregate_id);
 }
 
 /* The first queued update was written (parked, or an attempt counted). */

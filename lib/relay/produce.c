@@ -158,10 +158,10 @@ static void on_delivery(void *ctx, int64_t row_id, int err, const char *topic,
         return;
     }
     window_set_state(&r->win, row, ROW_ACKED);
-    claim_note_acked(r);
+    record_note_acked(r);
     r->m.published_total++;
     histogram_observe(&r->m.latency, (double)(wall_ms() - row->created_ms) / 1000.0);
-    reset_row_delivered(r, row->id);
+    claim_row_delivered(r, row->id);
 #ifdef OUTBOX_TEST_HOOKS
     if (r->test_fatal_after > 0 && r->m.published_total == (uint64_t)r->test_fatal_after) {
         log_warn("test hook: injecting a fatal producer error");

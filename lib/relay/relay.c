@@ -56,11 +56,11 @@ static void kick(struct relay *r)
         poison_send_update(r);
     } else if (lease_send_next(r) == 0) {
         /* lease log, release or scan */
-    } else if (mark_due(r) && !(r->claim.last_was_mark && claim_ready(r))) {
+    } else if (mark_due(r) && !(r->last_was_mark && claim_ready(r))) {
         /* Marks and claims alternate while both are wanted, so that acknowledgements
          * arriving in small groups cannot starve claiming (and the in-flight window
          * stays full while Kafka works). */
-        r->claim.last_was_mark = 1;
+        r->last_was_mark = 1;
         mark_send(r);
     } else if (r->win.n_state[ROW_FAILED] && r->mode == MODE_RESETTING &&
                !r->win.n_state[ROW_PRODUCED]) {
@@ -69,23 +69,23 @@ static void kick(struct relay *r)
         keep_check_send(r);
     } else if (keep_advance_due(r)) {
         keep_advance_send(r);
-    } else if (r->poll.arm_wanted && r->mode == MODE_RUNNING) {
+    } else if (poll_arm_wanted(r) && r->mode == MODE_RUNNING) {
         doorbell_send_arm(r);
     } else if (floor_probe_due(r)) {
         floor_probe_send(r);
-    } else if (keep_audit_due(r) && !(r->keep.audit_last && claim_ready(r))) {
+    } else if (keep_audit_due(r) && !(r->audit_last && claim_ready(r))) {
         /* The audit's turns are due every OUTBOX_WATERMARK_AUDIT_MS / 256 (0 ms at its
          * lowest setting) and may take longer than that: audit turns and claims alternate
          * while both are wanted, as marks and claims do, and the probe goes first (before,
          * a due audit starved both: no claim went and W stopped). */
-        r->keep.audit_last = 1;
+        r->audit_last = 1;
         keep_audit_send(r);
     } else if (claim_ready(r)) {
-        r->claim.last_was_mark = 0;
-        r->keep.audit_last = 0;
+        r->last_was_mark = 0;
+        r->audit_last = 0;
         claim_send(r);
     } else if (mark_due(r)) {
-        r->claim.last_was_mark = 1;
+        r->last_was_mark = 1;
         mark_send(r);
     }
 }
@@ -121,12 +121,8 @@ static void worker_ready(void *ctx)
      * a failover or a restore, ids may have been drawn again below them (a stale proof would
      * let a keep-mode watermark pass rows not yet written). Both start over, and keep mode
      * checks its premises on this server before the watermark moves again. */
-    floors_forget_proof(&r->claim.floors);
-    r->claim.claimed_high = 0;
-    r->claim.probe_high = 0;
-    r->keep.session_checked = 0;
-    keep_forget_published(r);
-    r->keep.check_due_ms = 0;
+    claim_session_new(r);
+    keep_session_new(r);
     relay_want_kick(r);
 }
 
@@ -142,8 +138,8 @@ static void listener_ready(void *ctx)
 {
     struct relay *r = ctx;
     /* LISTEN misses what happened while disconnected: poll once. */
-    r->poll.doorbell_armed = 0;
-    r->claim.wanted = 1;
+    poll_listener_ready(r);
+    claim_want(r);
     relay_want_kick(r);
 }
 
@@ -152,9 +148,8 @@ static void listener_notify(void *ctx, const PGnotify *n)
     struct relay *r = ctx;
     (void)n;
     r->m.doorbell_wakeups_total++;
-    r->poll.doorbell_armed = 0;
-    r->poll.idle_delay_ms = MIN_POLL_DELAY_MS;
-    r->claim.wanted = 1;
+    poll_doorbell_rang(r);
+    claim_want(r);
     relay_want_kick(r);
 }
 
@@ -185,8 +180,8 @@ void relay_shutdown(struct relay *r)
     claim_release(r);
     window_remove_state(&r->win, ROW_FAILED);
     r->mode = MODE_DRAINING;
-    ev_timer_stop(r->loop, &r->poll.timer);
-    ev_timer_stop(r->loop, &r->reset.timer);
+    poll_stop(r);
+    reset_stop(r);
     ev_timer_set(&r->shutdown_timer, r->cfg->shutdown_timeout_ms / 1000.0, 0.0);
     ev_timer_start(r->loop, &r->shutdown_timer);
     relay_want_kick(r);
@@ -204,8 +199,9 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->m.table = cfg->table;
     r->m.partitions_ahead = -1;
     outbox_sql_init(&r->sql, cfg);
-    floors_init(&r->claim.floors);
+    claim_init(r);
     poll_init(r);
+    record_init(r);
     reset_init(r);
     poison_init(r);
     lease_init(r);
@@ -214,8 +210,6 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->retry_timer.data = r;
     ev_init(&r->shutdown_timer, shutdown_timeout_cb);
     r->shutdown_timer.data = r;
-    ev_init(&r->claim.mark_timer, retry_cb); /* a kick, once the wait for more is over */
-    r->claim.mark_timer.data = r;
     ev_prepare_init(&r->kick_prepare, kick_prepare_cb);
     r->kick_prepare.data = r;
 
@@ -283,19 +277,19 @@ void relay_start(struct relay *r)
         pgconn_start(r->listener);
     monitor_start(r->monitor);
     status_start(r);
-    ev_timer_start(r->loop, &r->lease.timer);
+    lease_start(r);
 }
 
 void relay_free(struct relay *r)
 {
     if (!r)
         return;
-    ev_timer_stop(r->loop, &r->poll.timer);
+    poll_stop(r);
     ev_timer_stop(r->loop, &r->retry_timer);
-    ev_timer_stop(r->loop, &r->reset.timer);
+    reset_stop(r);
     ev_timer_stop(r->loop, &r->shutdown_timer);
-    ev_timer_stop(r->loop, &r->claim.mark_timer);
-    ev_timer_stop(r->loop, &r->lease.timer);
+    record_stop(r);
+    lease_stop(r);
     status_stop(r);
     ev_prepare_stop(r->loop, &r->kick_prepare);
     http_free(r->http);
@@ -306,13 +300,12 @@ void relay_free(struct relay *r)
     if (r->sql.claim) /* relay_new may fail before any of these exist */
         claim_release(r);
     poison_destroy(r);
-    free(r->lease.events);
+    lease_destroy(r);
     window_destroy(&r->win);
     pauses_destroy(&r->paused);
     kshare_destroy(&r->kshare);
-    floors_destroy(&r->claim.floors);
-    free(r->keep.pub_id);
-    free(r->keep.pub_part);
+    claim_destroy(r);
+    keep_destroy(r);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

@@ -37,18 +37,22 @@
 
 enum relay_mode { MODE_RUNNING, MODE_RESETTING, MODE_DRAINING, MODE_DONE };
 
-/* claim.c: the last claim's rows not yet produced (backpressure), keys held back in it,
- * and the cadence of claims and marks. */
+/* Each concern's state below names the file that writes it; the others read it, or call
+ * that file's functions (test/owners.sh checks the writes). */
+
+/* Written by claim.c and claim_rows.c (the cursor, isolation, keys held back): the last
+ * claim's rows not yet produced (backpressure), keys held back in it, the floors. */
 struct claim_state {
     PGresult *res;
     int next;            /* next row of res to produce */
     char **blocked_keys; /* keys with a row parked in this claim (poison policy block) */
     size_t n_blocked_keys;
     int quota;           /* rows per partition in the claim in flight */
-    int wanted;
-    int last_was_mark;   /* the previous worker statement was a mark */
-    int64_t acked_since_ms; /* monotonic: when the oldest acknowledged row waiting to be marked was (0: none) */
-    ev_timer mark_timer; /* OUTBOX_MARK_DELAY_MS's wait */
+    int wanted;          /* claim at the next kick (claim_want) */
+    /* After a row-level error in a batch (poison.c judges it), rows are claimed and published
+     * one at a time until past this id, so the guilty row fails alone (and only then is
+     * counted). */
+    int64_t isolate_until_id;
     struct pg_bytes payloads; /* res's payloads decoded, when the column is bytea */
     long long budget;    /* the byte budget the claim in flight was sent with */
     int limit;           /* its row limit */
@@ -71,7 +75,7 @@ struct claim_state {
     int requeued_known;
 };
 
-/* claim.c: the adaptive poll and the conditional doorbell. */
+/* Written by poll.c: the adaptive poll and the conditional doorbell. */
 struct poll_state {
     int idle_delay_ms;
     int arm_wanted;
@@ -79,16 +83,19 @@ struct poll_state {
     ev_timer timer;
 };
 
-/* reset.c: after a failed delivery or a fatal producer error. */
+/* Written by record.c: acknowledged rows waiting to be recorded as sent. */
+struct record_state {
+    int64_t acked_since_ms; /* monotonic: when the oldest acknowledged row waiting to be recorded was (0: none) */
+    ev_timer mark_timer;    /* OUTBOX_MARK_DELAY_MS's wait */
+};
+
+/* Written by reset.c: after a failed delivery or a fatal producer error. */
 struct reset_state {
     int fatal_pending;      /* the producer must be recreated */
     char last_failure[256];
     struct backoff backoff;
     ev_timer timer;
     int waiting;            /* settled; the timer resumes claims */
-    /* After a row-level error in a batch, rows are published one at a time until past
-     * this id, so the guilty row fails alone (and only then is counted). */
-    int64_t isolate_until_id;
 };
 
 /* poison.c: a row to write back, parked (FAILED) or one failed-alone attempt counted. */
@@ -109,6 +116,7 @@ struct dead_letter {
     int attempts; /* sends that failed */
 };
 
+/* Written by poison.c. */
 struct poison_state {
     struct row_update *updates; /* written before the next claim */
     size_t n_updates;
@@ -117,7 +125,7 @@ struct poison_state {
     ev_timer dl_timer;          /* sends the failed ones again */
 };
 
-/* keep.c: OUTBOX_ON_SENT=keep's watermark. */
+/* Written by keep.c: OUTBOX_ON_SENT=keep's watermark. */
 struct keep_state {
     int checked;            /* the proof's check passed once (start-up) */
     int session_checked;    /* ... and again on the current worker session */
@@ -128,7 +136,6 @@ struct keep_state {
     int64_t advance_due_ms; /* monotonic */
     int64_t check_due_ms;
     int64_t audit_due_ms;   /* the next partition's audit */
-    int audit_last;         /* the last of the audit and the claim to go was the audit */
     int audit_next;         /* the partition after the one audited last */
     int audit_part;         /* the partition of the audit in flight */
     int64_t audit_from[OUTBOX_LEASE_PARTITIONS]; /* where each partition's next turn starts */
@@ -144,13 +151,14 @@ struct keep_state {
     int64_t save_due_ms;
 };
 
-/* lease.c */
+/* lease.c: a lease log row not yet written. */
 struct lease_event {
     int partition;
     const char *event;
     int64_t at, publish_from, publish_until; /* wall clock ms; 0 = NULL */
 };
 
+/* Written by lease.c. */
 struct lease_set {
     struct lease part[OUTBOX_LEASE_PARTITIONS];
     struct lease_event *events; /* lease log rows not yet written */
@@ -158,7 +166,6 @@ struct lease_set {
     size_t events_sent;         /* how many the statement in flight writes */
     int due;                    /* time to scan and rebalance */
     int relays;                 /* live relays at the last scan */
-    int64_t last_contact_ms;    /* monotonic send time of the last statement that succeeded */
     int64_t grace_ms, deadline_ms;
     char incarnation[256];      /* relay name/pid: this process in the lease log */
     unsigned char unowned_before[OUTBOX_LEASE_PARTITIONS]; /* no session held it at the last scan */
@@ -166,7 +173,7 @@ struct lease_set {
     ev_timer timer;
 };
 
-/* status.c */
+/* Written by status.c. */
 struct report_state {
     ev_timer log_timer;
     uint64_t marked_logged;
@@ -203,6 +210,7 @@ struct relay {
     struct window win;
     struct claim_state claim;
     struct poll_state poll;
+    struct record_state record;
     struct reset_state reset;
     struct poison_state poison;
     struct pauses paused;
@@ -211,8 +219,10 @@ struct relay {
     struct report_state report;
     struct keep_state keep;
 
-    const struct worker_stmt *stmt; /* the worker statement in flight, or NULL */
+    const struct worker_stmt *stmt; /* the worker statement in flight, or NULL (worker.c) */
     int64_t stmt_sent_ms;           /* monotonic */
+    int64_t last_contact_ms;        /* monotonic send time of the last statement that succeeded
+                                       (worker.c; the lease deadline counts from it) */
     int schema_ok;                  /* version checked on the current worker connection */
     int schema_logged;
     int payload_bytea;              /* the payload column is bytea: claimed as hex */
@@ -232,6 +242,10 @@ struct relay {
     int exit_code;
     ev_prepare kick_prepare;
     int kick_wanted;
+    /* relay.c's kick: marks and claims alternate while both are wanted, as do audit turns
+     * and claims */
+    int last_was_mark;
+    int audit_last;
 
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
@@ -251,9 +265,16 @@ void relay_finish(struct relay *r, int code); /* code: an enum outbox_exit */
 int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
                 const char *const *params);
 int worker_busy(const struct relay *r);
+
+/* session.c */
 void worker_send_version(struct relay *r);
 
 /* keep.c */
+/* A new worker session: keep mode checks its premises on its server before W moves. */
+void keep_session_new(struct relay *r);
+/* keep's check of the proof's premises runs at the next turn. */
+void keep_check_now(struct relay *r);
+void keep_destroy(struct relay *r);
 int keep_check_due(const struct relay *r);
 void keep_check_send(struct relay *r);
 int keep_advance_due(const struct relay *r);
@@ -268,6 +289,13 @@ int keep_audit_due(const struct relay *r);
 void keep_audit_send(struct relay *r);
 
 /* claim.c */
+void claim_init(struct relay *r);
+void claim_destroy(struct relay *r);
+/* A new worker session: the floors' proof and the highest id claimed start over. */
+void claim_session_new(struct relay *r);
+/* The schema version found: the floors need the requeue count (5). */
+void claim_schema(struct relay *r, int version);
+int claim_floors_on(const struct relay *r);
 int claim_quota(int limit, int nparts);
 int claim_ready(const struct relay *r);
 void claim_release(struct relay *r);
@@ -281,10 +309,27 @@ int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);
 void claim_back_off(struct relay *r);
 void claim_send(struct relay *r);
-void mark_send(struct relay *r);
-int mark_due(struct relay *r);
-void doorbell_send_arm(struct relay *r);
+
+/* poll.c */
 void poll_init(struct relay *r);
+/* After a claim of rows rows with limit limit: 1 when the next claim goes at once; else
+ * the poll timer (or the doorbell, or the next delivery report while isolating) brings it. */
+int poll_after_claim(struct relay *r, int rows, int limit);
+void poll_stop(struct relay *r);
+/* The listener (re)connected: the doorbell must be armed again. */
+void poll_listener_ready(struct relay *r);
+/* The doorbell rang: claims come quickly again. */
+void poll_doorbell_rang(struct relay *r);
+int poll_arm_wanted(const struct relay *r);
+void doorbell_send_arm(struct relay *r);
+
+/* record.c */
+void record_init(struct relay *r);
+void record_stop(struct relay *r);
+/* A row was acknowledged: the record's delay counts from the oldest waiting. */
+void record_note_acked(struct relay *r);
+int mark_due(struct relay *r);
+void mark_send(struct relay *r);
 
 /* claim_rows.c: the claimed rows, for the producer. */
 /* A claim's result is there, rows of it perhaps still to produce. */
@@ -299,8 +344,20 @@ void claim_advance(struct relay *r);
 int claim_rows_left(const struct relay *r);
 /* The next kick claims (rows are waiting to be claimed again). */
 void claim_want(struct relay *r);
-/* A row was acknowledged: the mark's delay counts from the oldest waiting. */
-void claim_note_acked(struct relay *r);
+/* The rest of this claim's rows of key wait (a row of the key was parked: the poison
+ * policy block); whether a key waits so. */
+void claim_hold_key(struct relay *r, const char *key);
+int claim_key_held(const struct relay *r, const char *key);
+/* Rows are claimed and published one at a time, isolating a rejected row: up to this id
+ * (0: not isolating). */
+int64_t claim_isolating(const struct relay *r);
+/* Isolation goes on at least up to id. */
+void claim_isolate_up_to(struct relay *r, int64_t id);
+/* Isolation ends (why: for the log), if it was on. */
+void claim_isolation_end(struct relay *r, const char *why);
+/* Row id was delivered: while isolating, the next claim follows this report, and isolation
+ * ends at its id. */
+void claim_row_delivered(struct relay *r, int64_t id);
 
 /* produce.c */
 void produce_claimed(struct relay *r);
@@ -324,11 +381,9 @@ void poison_dead_letters_resend(struct relay *r);
 void reset_start(struct relay *r, const char *reason);
 /* The producer failed for good: a reset that makes it anew. */
 void reset_fatal(struct relay *r, const char *why);
-/* Row id was delivered: while isolating a rejected row (one row at a time), the next claim
- * follows, and isolation ends at its id. */
-void reset_row_delivered(struct relay *r, int64_t id);
 /* A delivery succeeded while running: the reset backoff starts again from its base. */
 void reset_delivery_ok(struct relay *r);
+void reset_stop(struct relay *r);
 void reset_advance(struct relay *r);
 void reset_pause_topic(struct relay *r, const char *topic, int err);
 void reset_init(struct relay *r);
@@ -336,6 +391,10 @@ int reset_send_note_failed(struct relay *r);
 
 /* lease.c */
 void lease_init(struct relay *r);
+void lease_start(struct relay *r);
+void lease_stop(struct relay *r);
+void lease_destroy(struct relay *r);
+
 void lease_lose_all(struct relay *r, const char *why);
 void lease_check_deadline(struct relay *r);
 int lease_send_next(struct relay *r); /* 0 if a lease statement was sent, -1 if none */

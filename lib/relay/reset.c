@@ -42,8 +42,8 @@ static void reset_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     r->reset.waiting = 0;
     if (r->mode == MODE_RESETTING) {
         r->mode = MODE_RUNNING;
-        r->claim.wanted = 1;
-        log_info("relay: resuming claims%s", r->reset.isolate_until_id ? " one row at a time" : "");
+        claim_want(r);
+        log_info("relay: resuming claims%s", claim_isolating(r) ? " one row at a time" : "");
     }
     relay_want_kick(r);
 }
@@ -61,7 +61,7 @@ void reset_init(struct relay *r)
 void reset_advance(struct relay *r)
 {
     claim_release(r);
-    ev_timer_stop(r->loop, &r->poll.timer);
+    poll_stop(r);
     if (r->reset.fatal_pending) {
         char err[512];
         r->reset.fatal_pending = 0;
@@ -132,19 +132,13 @@ void reset_fatal(struct relay *r, const char *why)
     reset_start(r, why);
 }
 
-void reset_row_delivered(struct relay *r, int64_t id)
-{
-    if (!r->reset.isolate_until_id)
-        return;
-    if (id >= r->reset.isolate_until_id) {
-        log_info("relay: isolation done at row %lld; back to batches", (long long)id);
-        r->reset.isolate_until_id = 0;
-    }
-    claim_want(r); /* one row at a time: the next claim follows this report */
-}
-
 void reset_delivery_ok(struct relay *r)
 {
     if (r->mode == MODE_RUNNING)
         backoff_reset(&r->reset.backoff);
+}
+
+void reset_stop(struct relay *r)
+{
+    ev_timer_stop(r->loop, &r->reset.timer);
 }

@@ -170,7 +170,7 @@ int main(void)
     produce_sink_callbacks.on_delivery(r, 1, 0, NULL, 1);
     is_int(state_of(r, 1), ROW_ACKED, "row 1 acknowledged");
     is_int((int)r->m.published_total, 1, "counted as published");
-    ok(r->claim.acked_since_ms > 0, "the mark's delay counts from it");
+    ok(r->record.acked_since_ms > 0, "the record's delay counts from it");
 
     claim_release(r);
     window_destroy(&r->win);
