@@ -289,6 +289,7 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     if (!(res = pgconn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, err, errlen)))
         goto out;
     PQclear(res);
+    res = NULL; /* out: clears what res holds */
     if (declare_cursor(conn, cfg, cmd, t, filter, bytea, nparams, params, err, errlen) != 0)
         goto out;
     ev_timer tick;

@@ -17,13 +17,13 @@ struct outbox_sql {
     char *floor_probe;   /* $1 transactions (virtual ids) seen writing at the last probe: those
                             writing the table now, and how many of $1 still are (floor.c) */
     char *mark;          /* $1 ids, $2 relay name, $3 highest id claimed so far; in keep mode
-                            also $4 their lease partitions, $5 the lease key (keep.c) */
+                            also $4 their lease partitions, $5 the lease key (record.c, keep_sql.c) */
     char *keep_advance;  /* keep mode: $1 lease key, $2 the floors' proof, $3 relay name, $4
                             partitions whose W the relay knows, $5 their W, $6 their W as
-                            written, $7 write them (keep.c) */
+                            written, $7 write them (keep.c, keep_sql.c) */
     char *keep_audit;    /* keep mode: $1 lease key, $2 partition, $3 reason, $4 after this id,
                             $5 up to this one: rows at or below its W neither
-                            recorded nor parked go to the parked table as requeued (keep.c) */
+                            recorded nor parked go to the parked table as requeued (keep.c, keep_sql.c) */
     char *keep_check;    /* keep mode: the id's identity kind, its sequence's cache and last
                             value (0 before the first id, NULL when this role may not read it),
                             max(id), max(W), the sequence's name */

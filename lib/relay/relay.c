@@ -1,9 +1,11 @@
 /* The relay loop: life cycle, the connections' callbacks, the shutdown state machine, and
  * kick — the one place that decides what the worker connection does next. The concerns
- * live beside it: claim.c (claims, marks, poll, doorbell, the floors' probe), produce.c
- * (publishing through the sink and its reports), poison.c, reset.c, lease.c, keep.c (keep
- * mode's records, watermark and audit), monitor.c, status.c, worker.c, and the pure
- * window.c, floor.c, kshare.c, pause.c and lease_rules.c. */
+ * live beside it, each writing its own state (relay_int.h): claim.c and claim_rows.c
+ * (claims, the floors' probe, the claim's cursor), poll.c (when to claim again, the
+ * doorbell), record.c (recording rows as sent), produce.c (publishing through the sink and
+ * its reports), poison.c, reset.c, lease.c, keep.c (keep mode's watermark and audit),
+ * monitor.c, status.c, session.c, worker.c, and the pure window.c, floor.c, kshare.c,
+ * pause.c and lease_rules.c. */
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -73,6 +73,14 @@ replay --since 1970-01-01 >/dev/null || rc=$?
 grep -q "more than 100000 SENT rows: give --limit" "$WORK/replay.log" || fail "the refusal does not ask for --limit"
 out=$(replay --since 1970-01-01 --limit 10 --dry-run --json) || fail "dry run with --limit exited $?"
 [ "$(jq -r .selected <<<"$out")" = 10 ] || fail "--limit 10 selected: $out"
+# A window PostgreSQL cannot read (an --until that is no time) ends with its error and exit 1,
+# nothing replayed (the cursor's statement fails inside the replay's transaction: the result
+# of its BEGIN was once freed twice on that path)
+rc=0
+msg=$(env "${RELAY_BASE_ENV[@]}" "$RELAYTEST_RELAY_BIN" replay --since 1970-01-01 --until not-a-time --limit 10 2>&1) ||
+    rc=$?
+[ "$rc" = 1 ] && grep -q 'invalid input syntax for type timestamp' <<<"$msg" && ! grep -q 'Sanitizer' <<<"$msg" ||
+    fail "replay with an --until PostgreSQL cannot read: exit $rc (want 1 and its error), output: $msg"
 
 # Usage errors: exit 2 with what to give.
 usage() { # WANT ARGS...: replay ARGS exits 2 saying WANT
