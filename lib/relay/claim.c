@@ -152,8 +152,7 @@ static int claim_requeue_seen(struct relay *r, PGresult *res)
     return 1;
 }
 
-/* Takes ownership of res: produce.c reads the rows from it. */
-static void claim_ok(struct relay *r, PGresult *res)
+void claim_result(struct relay *r, PGresult *res)
 {
     r->m.claims_total++;
     if (r->claim.fc_bottom > 0) { /* partitions per claim from the bottom, for BOTTOM_TARGET_MS */
@@ -229,7 +228,7 @@ static void claim_fail(struct relay *r, PGresult *res)
 }
 
 static const struct worker_stmt claim_stmt = {
-    .what = "claim", .on_ok = claim_ok, .on_fail = claim_fail, .keeps_result = 1};
+    .what = "claim", .on_ok = claim_result, .on_fail = claim_fail, .keeps_result = 1};
 
 /* The partitions of a claim and where each starts, into r->claim.fc and the claim's $4 and
  * $9 (parts, floors: array literals). */

@@ -309,6 +309,10 @@ int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);
 void claim_back_off(struct relay *r);
 void claim_send(struct relay *r);
+/* The claim's successful result (its worker statement's on_ok; unit tests call it too):
+ * takes ownership of res, whose rows join the window as queued and which produce.c reads
+ * through claim_rows.c; decides when to claim again (poll.c). */
+void claim_result(struct relay *r, PGresult *res);
 
 /* poll.c */
 void poll_init(struct relay *r);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "claim_fixture.h"
 #include "relay/relay_int.h"
 #include "tap.h"
 
@@ -55,37 +56,13 @@ static void kick_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 }
 
-/* A claim of rows 1..n (lease partition: id % 2; topic NULL, so from the template; row 4's
- * payload over the sink's limit when big4), queued in the window as claim_ok puts them. */
+/* A claim of rows 1..n (claim_fixture.h), queued in the window as the claim puts them. */
 static void claim_rows(struct relay *r, int n, int big4)
 {
-    PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
-    PGresAttDesc cols[13];
-    memset(cols, 0, sizeof(cols));
-    static char names[13][8];
-    for (int c = 0; c < 13; c++) {
-        snprintf(names[c], sizeof(names[c]), "c%d", c);
-        cols[c].name = names[c];
-        cols[c].typid = 25;
-        cols[c].typlen = -1;
-        cols[c].atttypmod = -1;
-    }
-    PQsetResultAttrs(res, 13, cols);
+    PGresult *res = fixture_claim(n, big4 ? 4 : 0, 0);
     window_destroy(&r->win);
     memset(&r->win, 0, sizeof(r->win));
     for (int i = 0; i < n; i++) {
-        char id[16], key[16], ev[48];
-        snprintf(id, sizeof(id), "%d", i + 1);
-        snprintf(key, sizeof(key), "k%d", i % 3);
-        snprintf(ev, sizeof(ev), "00000000-0000-0000-0000-%012d", i + 1);
-        const char *v[13] = {[CLAIM_ID] = id, [CLAIM_EVENT_ID] = ev, [CLAIM_AGGREGATE_TYPE] = "order",
-                             [CLAIM_AGGREGATE_ID] = key, [CLAIM_EVENT_TYPE] = "created",
-                             [CLAIM_PAYLOAD] = (big4 && i + 1 == 4) ? NULL : "{}"};
-        for (int c = 0; c < 13; c++)
-            if (v[c])
-                PQsetvalue(res, i, c, (char *)v[c], (int)strlen(v[c]));
-            else
-                PQsetvalue(res, i, c, NULL, -1);
         struct inflight_row row = {.id = i + 1, .partition = (i + 1) % 2, .bytes = (big4 && i + 1 == 4) ? 5000 : 2,
                                    .kslot = -1, .created_ms = 1000};
         window_add(&r->win, &row, 1);
