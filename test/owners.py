@@ -33,7 +33,7 @@ if len(owners) < 6:
     n += 1
     bad = 1
     print(f"not ok {n} - only {len(owners)} state structs with 'Written by' found in relay_int.h: the reader no longer matches it")
-write = r'(?:\[[^\]]*\])?(?:\.\w+)*\s*(?:[-+*/|&]?=(?!=)|\+\+|--)'
+write = r'(?:\[[^\]]*\]|\.\w+)*\s*(?:[-+*/|&]?=(?!=)|\+\+|--)'
 for struct, files in sorted(owners.items()):
     member = members.get(struct)
     if not member:

@@ -52,41 +52,6 @@ int claim_ready(const struct relay *r)
            r->win.bytes < r->cfg->max_inflight_bytes;
 }
 
-void claim_floors_reset(struct relay *r, const char *why)
-{
-    floors_reset(&r->claim.floors);
-    r->m.floor_resets_total++;
-    log_debug("claim: floors back to the bottom (%s)", why);
-}
-
-size_t claim_rows_below_floors(const struct relay *r)
-{
-    size_t below = 0;
-    for (size_t i = 0; i < r->win.n; i++) {
-        int64_t at = r->claim.floors.at[r->win.rows[i].partition];
-        if (at > 0 && r->win.rows[i].id <= at)
-            below++;
-    }
-    return below;
-}
-
-/* Rows claimed but not produced go back: they stay PENDING and are claimed again (below
- * the floors: the next claim reads from the bottom). */
-void claim_release(struct relay *r)
-{
-    if (r->claim.res) {
-        if (r->claim.next < PQntuples(r->claim.res))
-            claim_floors_reset(r, "claimed rows put back");
-        PQclear(r->claim.res);
-        r->claim.res = NULL;
-        pg_bytes_free(&r->claim.payloads);
-    }
-    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
-        free(r->claim.blocked_keys[i]);
-    r->claim.n_blocked_keys = 0;
-    window_remove_state(&r->win, ROW_QUEUED);
-}
-
 /* Nothing of the last claim could go out (its Kafka partitions hold their shares): claim
  * again after the idle delay rather than at once. */
 void claim_back_off(struct relay *r)
@@ -293,7 +258,7 @@ void claim_send(struct relay *r)
 {
     struct strbuf ids, paused, parts, held;
     strbuf_init(&parts);
-    int nparts = lease_activate(r->lease.part, mono_ms(), &parts); /* lease.h: the pure rules */
+    int nparts = lease_activate_due(r, &parts);
     if (!nparts) {
         strbuf_destroy(&parts);
         return; /* no partition to publish yet (grace, or none held) */

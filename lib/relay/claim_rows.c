@@ -1,7 +1,9 @@
 /* The claim's side that other files call (relay_int.h): a cursor over the claim's result in
- * id order (produce.c reads its rows through it, never the result itself), the claim wanted,
- * isolation (one row at a time), and the keys held back in the claim. It calls no other file
- * of the loop, so that every concern may call it. */
+ * id order (produce.c reads its rows through it, never the result itself), the claim given
+ * back, the floors sent to the bottom, the claim wanted, isolation (one row at a time), and
+ * the keys held back in the claim. It calls no other file of the loop, so that every concern
+ * may call it (test/circles.sh). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -108,4 +110,44 @@ int claim_key_held(const struct relay *r, const char *key)
         if (strcmp(r->claim.blocked_keys[i], key) == 0)
             return 1;
     return 0;
+}
+
+void claim_partition_from_bottom(struct relay *r, int partition)
+{
+    r->claim.floors.at[partition] = 0;
+}
+
+void claim_floors_reset(struct relay *r, const char *why)
+{
+    floors_reset(&r->claim.floors);
+    r->m.floor_resets_total++;
+    log_debug("claim: floors back to the bottom (%s)", why);
+}
+
+size_t claim_rows_below_floors(const struct relay *r)
+{
+    size_t below = 0;
+    for (size_t i = 0; i < r->win.n; i++) {
+        int64_t at = r->claim.floors.at[r->win.rows[i].partition];
+        if (at > 0 && r->win.rows[i].id <= at)
+            below++;
+    }
+    return below;
+}
+
+/* Rows claimed but not produced go back: they stay PENDING and are claimed again (below
+ * the floors: the next claim reads from the bottom). */
+void claim_release(struct relay *r)
+{
+    if (r->claim.res) {
+        if (r->claim.next < PQntuples(r->claim.res))
+            claim_floors_reset(r, "claimed rows put back");
+        PQclear(r->claim.res);
+        r->claim.res = NULL;
+        pg_bytes_free(&r->claim.payloads);
+    }
+    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
+        free(r->claim.blocked_keys[i]);
+    r->claim.n_blocked_keys = 0;
+    window_remove_state(&r->win, ROW_QUEUED);
 }

@@ -116,7 +116,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
             PQgetvalue(res, i, LEASE_ACQUIRE_LAST_HOLDER), r->lease.incarnation);
         int64_t wait = clean ? 0 : r->lease.grace_ms;
         r->lease.part[p].state = wait ? LEASE_GRACE : LEASE_ACTIVE;
-        r->claim.floors.at[p] = 0; /* another relay may have left rows anywhere in it */
+        claim_partition_from_bottom(r, p); /* another relay may have left rows anywhere in it */
         keep_forget_published(r);
         snprintf(r->lease.part[p].token, sizeof(r->lease.part[p].token), "%d/%s/%s", p,
                  PQgetvalue(res, i, LEASE_ACQUIRE_TOKEN), r->lease.incarnation);
@@ -324,4 +324,9 @@ void lease_destroy(struct relay *r)
 {
     free(r->lease.events);
     r->lease.events = NULL;
+}
+
+int lease_activate_due(struct relay *r, struct strbuf *parts)
+{
+    return lease_activate(r->lease.part, mono_ms(), parts);
 }

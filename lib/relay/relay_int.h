@@ -298,12 +298,6 @@ void claim_schema(struct relay *r, int version);
 int claim_floors_on(const struct relay *r);
 int claim_quota(int limit, int nparts);
 int claim_ready(const struct relay *r);
-void claim_release(struct relay *r);
-/* Rows were put back below the floors: the next claim reads every partition from the bottom. */
-void claim_floors_reset(struct relay *r, const char *why);
-/* The rows in flight at or below their partition's floor (only a claim from the bottom finds
- * them again): O(rows in flight). */
-size_t claim_rows_below_floors(const struct relay *r);
 /* The floors' proof: due every FLOOR_PROBE_MS while running (schema 5 and later). */
 int floor_probe_due(const struct relay *r);
 void floor_probe_send(struct relay *r);
@@ -335,7 +329,16 @@ void record_note_acked(struct relay *r);
 int mark_due(struct relay *r);
 void mark_send(struct relay *r);
 
-/* claim_rows.c: the claimed rows, for the producer. */
+/* claim_rows.c: the claim's side every file may call (it calls none). */
+/* The claim given back: its rows not produced stay PENDING (below the floors, so the next
+ * claim reads from the bottom). */
+void claim_release(struct relay *r);
+/* Rows were put back below the floors: the next claim reads every partition from the bottom. */
+void claim_floors_reset(struct relay *r, const char *why);
+/* The rows in flight at or below their partition's floor (only a claim from the bottom finds
+ * them again): O(rows in flight). */
+size_t claim_rows_below_floors(const struct relay *r);
+
 /* A claim's result is there, rows of it perhaps still to produce. */
 int claim_in_hand(const struct relay *r);
 /* The row at the claim's cursor as the message mapping reads it (borrowed from the claim's
@@ -352,6 +355,9 @@ void claim_want(struct relay *r);
  * policy block); whether a key waits so. */
 void claim_hold_key(struct relay *r, const char *key);
 int claim_key_held(const struct relay *r, const char *key);
+/* The partition's next claim reads it from the bottom (a lease just acquired: another relay
+ * may have left rows anywhere in it). */
+void claim_partition_from_bottom(struct relay *r, int partition);
 /* Rows are claimed and published one at a time, isolating a rejected row: up to this id
  * (0: not isolating). */
 int64_t claim_isolating(const struct relay *r);
@@ -398,6 +404,9 @@ void lease_init(struct relay *r);
 void lease_start(struct relay *r);
 void lease_stop(struct relay *r);
 void lease_destroy(struct relay *r);
+/* Partitions in grace whose time has come become active; the active ones as an int2[]
+ * literal appended to parts; how many (lease_rules.c's lease_activate on this relay's). */
+int lease_activate_due(struct relay *r, struct strbuf *parts);
 
 void lease_lose_all(struct relay *r, const char *why);
 void lease_check_deadline(struct relay *r);
