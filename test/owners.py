@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Each concern of the relay's loop writes its own state (lib/relay/relay_int.h): every state
-struct there opens with "Written by A.c" (or "A.c and B.c"), and no other file of lib/relay/
-may assign to its fields (=, +=, ++, ...), take their address or the struct's (&r->claim, a
-way to write it through a pointer). Other files read it, or call the owner's functions.
-Caught: the forms the house style writes (r->part.field ...); an alias made some other way is
-not. TAP.
+"""Each concern of the relay's loop owns its state (lib/relay/relay_int.h): every state struct
+there opens with "Written by A.c" (or "A.c and B.c", or "A.c (B.c reads it for ...)"), and
+no other file of lib/relay/ touches its fields: not to write them (=, +=, ++, ...), not to
+take their address or the struct's (&r->claim), not to read them. Other files call the
+owners' functions. Caught: the forms the house style writes (r->claim.field, relay->...); an
+alias made some other way is not. TAP.
     owners.py SOURCE_ROOT"""
 import glob
 import os
@@ -38,20 +38,21 @@ for struct, files in sorted(owners.items()):
     member = members.get(struct)
     if not member:
         continue
-    pat = re.compile(r'(?:r|relay)->' + member + r'\.(\w+)' + write + r'|\+\+\s*(?:r|relay)->' + member +
-                     r'\.(\w+)|&(?:r|relay)->' + member + r'\b(?:\.(\w+))?')
+    touch = re.compile(r'(?:\br|\brelay)->' + member + r'\b')
+    writes = re.compile(r'(?:\br|\brelay)->' + member + r'\.\w+' + write + r'|\+\+\s*(?:r|relay)->' + member +
+                        r'\.|&(?:r|relay)->' + member + r'\b')
     for path in sorted(glob.glob(os.path.join(root, 'lib/relay/*.c'))):
         name = os.path.basename(path)
         if name in files:
             continue
         for i, line in enumerate(open(path), 1):
-            m = pat.search(line)
-            if m:
+            if touch.search(line):
                 n += 1
                 bad = 1
-                print(f"not ok {n} - lib/relay/{name}:{i} writes {member} ({struct}, written by "
+                verb = 'writes' if writes.search(line) else 'reads'
+                print(f"not ok {n} - lib/relay/{name}:{i} {verb} {member} ({struct}, written by "
                       f"{' and '.join(sorted(files))} only): {line.strip()}")
 n += 1
-print(f"ok {n} - {len(owners)} state structs, each written by its own files")
+print(f"ok {n} - {len(owners)} state structs, each touched by its own files only")
 print(f"1..{n}")
 sys.exit(bad)

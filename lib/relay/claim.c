@@ -228,7 +228,7 @@ static void claim_partitions(struct relay *r, struct strbuf *parts, struct strbu
     r->claim.fc_skipped = 0;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++) {
         int p = (r->claim.bottom_next + i) % OUTBOX_LEASE_PARTITIONS;
-        if (r->lease.part[p].state != LEASE_ACTIVE)
+        if (lease_state(r, p) != LEASE_ACTIVE)
             continue;
         int64_t from = r->claim.floors_on ? r->claim.floors.at[p] : 0;
         if (p == safety && from_bottom > 0)
@@ -413,6 +413,11 @@ void claim_init(struct relay *r)
 
 void claim_destroy(struct relay *r)
 {
+    for (size_t i = 0; i < r->claim.n_blocked_keys; i++)
+        free(r->claim.blocked_keys[i]);
+    free(r->claim.blocked_keys);
+    r->claim.blocked_keys = NULL;
+    r->claim.n_blocked_keys = 0;
     floors_destroy(&r->claim.floors);
 }
 

@@ -151,3 +151,13 @@ void claim_release(struct relay *r)
     r->claim.n_blocked_keys = 0;
     window_remove_state(&r->win, ROW_QUEUED);
 }
+
+int64_t claim_floors_proven(const struct relay *r)
+{
+    return r->claim.floors.proven;
+}
+
+int64_t claim_floor(const struct relay *r, int partition)
+{
+    return r->claim.floors.at[partition];
+}

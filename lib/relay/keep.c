@@ -163,8 +163,8 @@ static int save_now(const struct relay *r)
 
 int keep_advance_due(const struct relay *r)
 {
-    return r->cfg->keep && r->keep.session_checked && !r->keep.blocked && r->claim.floors.proven > 0 &&
-           (r->keep.dirty || r->claim.floors.proven != r->keep.proof_sent || save_now(r)) &&
+    return r->cfg->keep && r->keep.session_checked && !r->keep.blocked && claim_floors_proven(r) > 0 &&
+           (r->keep.dirty || claim_floors_proven(r) != r->keep.proof_sent || save_now(r)) &&
            (mono_ms() >= r->keep.advance_due_ms || (r->mode == MODE_DRAINING && keep_unsaved(r)));
 }
 
@@ -173,7 +173,7 @@ void keep_advance_send(struct relay *r)
     struct keep_state *k = &r->keep;
     char key[16], proof[24];
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
-    snprintf(proof, sizeof(proof), "%lld", (long long)r->claim.floors.proven);
+    snprintf(proof, sizeof(proof), "%lld", (long long)claim_floors_proven(r));
     struct strbuf parts, ws, saved;
     strbuf_init(&parts);
     strbuf_init(&ws);
@@ -197,7 +197,7 @@ void keep_advance_send(struct relay *r)
         k->save_due_ms = mono_ms() + KEEP_SAVE_MS;
     /* again after the next mark, or once the proof has moved */
     k->dirty = 0;
-    k->proof_sent = r->claim.floors.proven;
+    k->proof_sent = claim_floors_proven(r);
     if (worker_send(r, &advance_stmt, r->sql.keep_advance, 7, params) != 0)
         k->dirty = 1;
     strbuf_destroy(&parts);
@@ -229,10 +229,9 @@ void keep_published(struct relay *r, const PGresult *res)
     struct keep_state *k = &r->keep;
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_MARK_REFUSED)) > 0)
         return;
-    const int64_t *at = r->claim.floors.at;
     size_t n = 0;
     for (size_t i = 0; i < k->pub_n; i++)
-        if (at[k->pub_part[i]] == 0 || k->pub_id[i] > at[k->pub_part[i]]) {
+        if (claim_floor(r, k->pub_part[i]) == 0 || k->pub_id[i] > claim_floor(r, k->pub_part[i])) {
             k->pub_id[n] = k->pub_id[i];
             k->pub_part[n++] = k->pub_part[i];
         }
@@ -316,7 +315,7 @@ static const struct worker_stmt audit_stmt = {.what = "auditing the watermark", 
 int keep_audit_due(const struct relay *r)
 {
     return r->cfg->keep && r->keep.session_checked && mono_ms() >= r->keep.audit_due_ms &&
-           lease_count_held(r->lease.part) > 0;
+           lease_held(r) > 0;
 }
 
 void keep_audit_send(struct relay *r)
@@ -325,7 +324,7 @@ void keep_audit_send(struct relay *r)
     r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / (OUTBOX_LEASE_PARTITIONS * KEEP_AUDIT_TURNS);
     int p = r->keep.audit_next;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++, p = (p + 1) % OUTBOX_LEASE_PARTITIONS)
-        if (r->lease.part[p].state != LEASE_FREE)
+        if (lease_state(r, p) != LEASE_FREE)
             break;
     r->keep.audit_next = (p + 1) % OUTBOX_LEASE_PARTITIONS;
     r->keep.audit_part = p;
@@ -371,4 +370,17 @@ void keep_destroy(struct relay *r)
     free(r->keep.pub_part);
     r->keep.pub_id = NULL;
     r->keep.pub_part = NULL;
+}
+
+int keep_blocked(const struct relay *r)
+{
+    return r->keep.blocked;
+}
+
+int keep_w_known(const struct relay *r, int partition, int64_t *w)
+{
+    if (!(r->keep.known >> partition & 1))
+        return 0;
+    *w = r->keep.w[partition];
+    return 1;
 }

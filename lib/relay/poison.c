@@ -39,7 +39,6 @@ void poison_destroy(struct relay *r)
     for (size_t i = 0; i < ps->n_dl; i++)
         dl_free(&ps->dl[i]);
     free(ps->dl);
-    free(r->claim.blocked_keys);
 }
 
 /* Decides what each failed row means once every in-flight delivery has reported:
@@ -316,4 +315,14 @@ void poison_send_update(struct relay *r)
         worker_send(r, &update_stmt, r->sql.row_failed, 3, params);
     else
         worker_send(r, &update_stmt, r->sql.park, 2, params);
+}
+
+int poison_updates_pending(const struct relay *r)
+{
+    return r->poison.n_updates > 0;
+}
+
+int poison_dead_letters_pending(const struct relay *r)
+{
+    return r->poison.n_dl > 0;
 }

@@ -62,7 +62,7 @@ void produce_claimed(struct relay *r)
     for (; claim_rows_left(r) > 0 && r->mode == MODE_RUNNING; claim_advance(r)) {
         if (!claim_cursor_row(r, &row, &slot))
             continue;
-        if (r->lease.part[slot->partition].state != LEASE_ACTIVE) {
+        if (lease_state(r, slot->partition) != LEASE_ACTIVE) {
             window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
             continue;
         }
@@ -74,7 +74,7 @@ void produce_claimed(struct relay *r)
         char reason[512];
         if (build_message(r, slot, &row, &msg) != 0)
             continue;
-        message_add_relay_header(&msg, "outbox_lease", r->lease.part[slot->partition].token);
+        message_add_relay_header(&msg, "outbox_lease", lease_token(r, slot->partition));
         int kslot = kshare_slot(&r->kshare, msg.topic, row.aggregate_id, strlen(row.aggregate_id));
         int first;
         enum kshare_verdict verdict = kshare_admit(&r->kshare, kslot, row.aggregate_id, &first);

@@ -20,8 +20,8 @@
 static int drained(const struct relay *r)
 {
     return !window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING)) &&
-           r->poison.n_updates == 0 && r->poison.n_dl == 0 &&
-           !(r->cfg->keep && !r->keep.blocked && pgconn_connected(r->worker) && keep_unsaved(r));
+           !poison_updates_pending(r) && !poison_dead_letters_pending(r) &&
+           !(r->cfg->keep && !keep_blocked(r) && pgconn_connected(r->worker) && keep_unsaved(r));
 }
 
 static void log_resumed(const char *topic)
@@ -54,7 +54,7 @@ static void kick(struct relay *r)
         claim_floors_reset(r, "a paused topic resumed"); /* its rows lie below the floors */
     if (!r->schema_ok) {
         worker_send_version(r);
-    } else if (r->poison.n_updates) {
+    } else if (poison_updates_pending(r)) {
         poison_send_update(r);
     } else if (lease_send_next(r) == 0) {
         /* lease log, release or scan */

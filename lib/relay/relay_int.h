@@ -37,8 +37,8 @@
 
 enum relay_mode { MODE_RUNNING, MODE_RESETTING, MODE_DRAINING, MODE_DONE };
 
-/* Each concern's state below names the file that writes it; the others read it, or call
- * that file's functions (test/owners.sh checks the writes). */
+/* Each concern's state below names the file that writes it: no other file touches its
+ * fields, they call that file's functions (test/owners.py). */
 
 /* Written by claim.c and claim_rows.c (the cursor, isolation, keys held back): the last
  * claim's rows not yet produced (backpressure), keys held back in it, the floors. */
@@ -158,7 +158,7 @@ struct lease_event {
     int64_t at, publish_from, publish_until; /* wall clock ms; 0 = NULL */
 };
 
-/* Written by lease.c. */
+/* Written by lease.c (lease_view.c reads it for the other files). */
 struct lease_set {
     struct lease part[OUTBOX_LEASE_PARTITIONS];
     struct lease_event *events; /* lease log rows not yet written */
@@ -275,6 +275,10 @@ void keep_session_new(struct relay *r);
 /* keep's check of the proof's premises runs at the next turn. */
 void keep_check_now(struct relay *r);
 void keep_destroy(struct relay *r);
+/* The last check of the proof's premises failed: the watermark stops. */
+int keep_blocked(const struct relay *r);
+/* A held partition's W as the relay knows it: 1 and *w; 0 when not known. */
+int keep_w_known(const struct relay *r, int partition, int64_t *w);
 int keep_check_due(const struct relay *r);
 void keep_check_send(struct relay *r);
 int keep_advance_due(const struct relay *r);
@@ -330,6 +334,9 @@ int mark_due(struct relay *r);
 void mark_send(struct relay *r);
 
 /* claim_rows.c: the claim's side every file may call (it calls none). */
+/* The floors' proof, and a partition's floor (0: its next claim reads from the bottom). */
+int64_t claim_floors_proven(const struct relay *r);
+int64_t claim_floor(const struct relay *r, int partition);
 /* The claim given back: its rows not produced stay PENDING (below the floors, so the next
  * claim reads from the bottom). */
 void claim_release(struct relay *r);
@@ -381,6 +388,10 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
 int poison_key_blocked(const struct relay *r, const char *key);
 void poison_send_update(struct relay *r);
 void poison_destroy(struct relay *r);
+/* Rows to write back (parked, or an attempt counted) before the next claim. */
+int poison_updates_pending(const struct relay *r);
+/* Dead-letter copies the broker has not acknowledged. */
+int poison_dead_letters_pending(const struct relay *r);
 void poison_init(struct relay *r);
 /* A dead-letter copy's report (the sink's row id was -id). */
 void poison_dead_letter_report(struct relay *r, int64_t id, int err);
@@ -398,6 +409,13 @@ void reset_advance(struct relay *r);
 void reset_pause_topic(struct relay *r, const char *topic, int err);
 void reset_init(struct relay *r);
 int reset_send_note_failed(struct relay *r);
+
+/* lease_view.c: the lease set read (it calls none). */
+enum lease_state lease_state(const struct relay *r, int partition);
+/* The outbox_lease header of a partition: "partition/token/relay name/pid". */
+const char *lease_token(const struct relay *r, int partition);
+/* Partitions held (in grace or active). */
+int lease_held(const struct relay *r);
 
 /* lease.c */
 void lease_init(struct relay *r);

@@ -85,7 +85,7 @@ void reset_advance(struct relay *r)
     }
     if (window_count(&r->win, ROW_MASK(ROW_PRODUCED) | ROW_MASK(ROW_ACKED) | ROW_MASK(ROW_MARKING) |
                                   ROW_MASK(ROW_FAILED) | ROW_MASK(ROW_PARKING)) ||
-        r->poison.n_updates || r->reset.waiting)
+        poison_updates_pending(r) || r->reset.waiting)
         return;
     int delay = backoff_next(&r->reset.backoff);
     r->reset.waiting = 1;

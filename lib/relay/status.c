@@ -102,9 +102,10 @@ static void render_status(struct relay *r, struct strbuf *o)
     strbuf_puts(o, ",\"watermarks\":");
     if (r->cfg->keep) {
         strbuf_puts(o, "{");
+        int64_t w;
         for (int p = 0, n = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
-            if (r->keep.known >> p & 1)
-                strbuf_printf(o, "%s\"%d\":%lld", n++ ? "," : "", p, (long long)r->keep.w[p]);
+            if (keep_w_known(r, p, &w))
+                strbuf_printf(o, "%s\"%d\":%lld", n++ ? "," : "", p, (long long)w);
         strbuf_puts(o, "}");
     } else {
         strbuf_puts(o, "null");
@@ -119,7 +120,7 @@ static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct relay *r = w->data;
     struct metrics *m = &r->m;
     m->inflight_rows = (int64_t)r->win.n;
-    m->lease_partitions_held = lease_count_held(r->lease.part);
+    m->lease_partitions_held = lease_held(r);
     m->pg_connected = pgconn_connected(r->worker);
     m->kafka_brokers_up = sink_brokers_up(r->sink);
     m->topic_partition_changes_total = sink_partition_changes(r->sink);

@@ -152,6 +152,7 @@ int main(void)
     claim_release(r);
     window_destroy(&r->win);
     poison_destroy(r);
+    claim_destroy(r);
     kshare_destroy(&r->kshare);
     free(r);
     return done();
