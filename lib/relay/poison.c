@@ -66,11 +66,6 @@ void poison_judge_failures(struct relay *r)
                  "rejects", (long long)claim_isolating(r));
 }
 
-int poison_key_blocked(const struct relay *r, const char *key)
-{
-    return claim_key_held(r, key);
-}
-
 /* Dead-letter copies are kept until the broker acknowledges them: one that failed for a
  * reason other than itself (a producer recreated after a fatal error purges its queue, a
  * broker away) is sent again every second, at most DL_MAX_ATTEMPTS times. */

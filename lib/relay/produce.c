@@ -66,7 +66,7 @@ void produce_claimed(struct relay *r)
             window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
             continue;
         }
-        if (poison_key_blocked(r, row.aggregate_id)) {
+        if (claim_key_held(r, row.aggregate_id)) {
             window_remove_one(&r->win, slot); /* stays PENDING; the parked key holds it back */
             continue;
         }

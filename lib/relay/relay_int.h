@@ -385,7 +385,6 @@ extern const struct sink_callbacks produce_sink_callbacks;
 void poison_judge_failures(struct relay *r);
 void poison_park_row(struct relay *r, struct inflight_row *slot, const struct outbox_row *row,
                      const char *reason);
-int poison_key_blocked(const struct relay *r, const char *key);
 void poison_send_update(struct relay *r);
 void poison_destroy(struct relay *r);
 /* Rows to write back (parked, or an attempt counted) before the next claim. */

@@ -7,13 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "claim_fixture.h"
-#include "relay/relay_int.h"
+#include "loop_fixture.h"
 #include "tap.h"
-
-static void kick_cb(struct ev_loop *loop, ev_prepare *w, int revents)
-{
-}
 
 /* What claim_send sets before the statement goes: a claim of limit rows, quota per
  * partition, from partition 0 and 1 at the given floors. */
@@ -28,15 +23,11 @@ static void sent(struct relay *r, int limit, int quota, int64_t floor0, int64_t 
 
 int main(void)
 {
-    struct relay *r = xcalloc(1, sizeof(*r));
     struct config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.batch_size = 10;
     cfg.poll_interval_ms = 1000;
-    r->cfg = &cfg;
-    r->loop = EV_DEFAULT;
-    ev_prepare_init(&r->kick_prepare, kick_cb);
-    r->mode = MODE_RUNNING;
+    struct relay *r = fixture_relay(&cfg);
     claim_init(r);
     poll_init(r);
 

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "claim_fixture.h"
-#include "relay/relay_int.h"
+#include "loop_fixture.h"
 #include "tap.h"
 
 /* The fake sink: takes up to `room` messages, then says SINK_FULL; records what it took. */
@@ -52,11 +51,7 @@ static const struct sink_ops fake_ops = {.name = "fake", .max_message_name = "th
                                          .produce = fake_produce, .max_message_bytes = fake_max_message_bytes,
                                          .classify = fake_classify, .err_str = fake_err_str};
 
-static void kick_cb(struct ev_loop *loop, ev_prepare *w, int revents)
-{
-}
-
-/* A claim of rows 1..n (claim_fixture.h), queued in the window as the claim puts them. */
+/* A claim of rows 1..n (loop_fixture.h), queued in the window as the claim puts them. */
 static void claim_rows(struct relay *r, int n, int big4)
 {
     PGresult *res = fixture_claim(n, big4 ? 4 : 0, 0);
@@ -79,16 +74,12 @@ static int state_of(struct relay *r, int64_t id)
 
 int main(void)
 {
-    struct relay *r = xcalloc(1, sizeof(*r));
     struct config cfg;
     memset(&cfg, 0, sizeof(cfg));
     char no_dead_letters[] = "", block[] = "block";
     cfg.dead_letter_topic = no_dead_letters;
     cfg.poison_policy = block;
-    r->cfg = &cfg;
-    r->loop = EV_DEFAULT;
-    ev_prepare_init(&r->kick_prepare, kick_cb);
-    r->mode = MODE_RUNNING;
+    struct relay *r = fixture_relay(&cfg);
     r->layout = (struct message_layout){.topic_template = "outbox.event.{aggregate_type}"};
     kshare_init(&r->kshare, 1000, 1000000, NULL);
     struct fake_sink f = {.base = {&fake_ops}, .room = 3};

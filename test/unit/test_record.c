@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/relay_int.h"
+#include "loop_fixture.h"
 #include "tap.h"
 
 /* The window holds n rows (ids 1..n, 10 bytes each), the first acked of them acknowledged. */
@@ -24,16 +24,13 @@ static void window_of(struct relay *r, int n, int acked)
 
 int main(void)
 {
-    struct relay *r = xcalloc(1, sizeof(*r));
     struct config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.max_inflight = 100;
     cfg.max_inflight_bytes = 100000;
     cfg.batch_size = 10;
     cfg.mark_delay_ms = 1000;
-    r->cfg = &cfg;
-    r->loop = EV_DEFAULT;
-    r->mode = MODE_RUNNING;
+    struct relay *r = fixture_relay(&cfg);
     record_init(r);
 
     window_of(r, 5, 0);

@@ -1,21 +1,39 @@
-/* A claim's result made by hand for the loop's unit tests (test_claim.c, test_produce.c):
- * rows 1..n with the claim's columns (outbox.h, enum claim_col), no server. Row i: lease
+/* The relay's loop without a server, for its unit tests (test_claim.c, test_produce.c,
+ * test_record.c): a relay to drive, and a claim's result made by hand.
+ *
+ * fixture_claim: rows 1..n with the claim's columns (outbox.h, enum claim_col). Row i: lease
  * partition i % 2, key k(i-1 % 3), payload "{}" of 2 bytes (with big_row, that row has no
  * payload and 5,000 bytes: never fetched, over a sink's limit), attempts 0, requeue count
  * `requeued`. Caller frees (PQclear), or the claim does. */
-#ifndef OUTBOX_TEST_CLAIM_FIXTURE_H
-#define OUTBOX_TEST_CLAIM_FIXTURE_H
+#ifndef OUTBOX_TEST_LOOP_FIXTURE_H
+#define OUTBOX_TEST_LOOP_FIXTURE_H
 
 #include <stdio.h>
 #include <string.h>
 
 #include <libpq-fe.h>
 
-#include "relay/outbox.h"
+#include "relay/relay_int.h"
 
 #define FIXTURE_COLUMNS (CLAIM_REQUEUED + 1)
 
-static PGresult *fixture_claim(int n, int big_row, long long requeued)
+static inline void fixture_kick_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+}
+
+/* A running relay on the default loop with cfg (borrowed, zeroed by the caller then set as
+ * the test needs); kicks are asked for and never run. Caller frees. */
+static inline struct relay *fixture_relay(const struct config *cfg)
+{
+    struct relay *r = xcalloc(1, sizeof(*r));
+    r->cfg = cfg;
+    r->loop = EV_DEFAULT;
+    ev_prepare_init(&r->kick_prepare, fixture_kick_cb);
+    r->mode = MODE_RUNNING;
+    return r;
+}
+
+static inline PGresult *fixture_claim(int n, int big_row, long long requeued)
 {
     PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
     PGresAttDesc cols[FIXTURE_COLUMNS];
