@@ -38,15 +38,26 @@ log "an invalid index left by a failed build: dropped and built again by migrate
 # Five migrates at once (five sidecars starting) over a step that builds an index
 # CONCURRENTLY: one applies, the others wait for migrate's lock and find it done. (A build
 # CONCURRENTLY waits for every older snapshot, and a migrate that waited for the lock inside
-# a statement held one: the waiters and the build deadlocked.)
+# a statement held one: the waiters and the build deadlocked.) A writer's transaction, open
+# for 3 s as the five start, holds the build at its first wait (for the table's writers) so
+# that the other four are waiting for the lock before the build waits for older snapshots:
+# on an empty table the build is otherwise over before they ask, and the deadlock was seen
+# in some runs only.
 psqlc "DROP INDEX outbox_pending_idx"
 psqlc "DELETE FROM outbox_relay_schema WHERE version = 6"
+"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$DSN" -c "BEGIN" \
+    -c "INSERT INTO outbox (aggregatetype, aggregateid, type, payload) VALUES ('order', 'cic', 'E', '{}')" \
+    -c "SELECT pg_sleep(3)" -c "COMMIT" >"$WORK/cic-writer.log" 2>&1 &
+writer=$!
+writer_open() { [ "$(psqlc "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'")" = 1 ]; }
+wait_until 10 "the writer's transaction open" writer_open
 migrates=()
 for i in 1 2 3 4 5; do
     OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=debezium "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate-c$i.log" 2>&1 &
     migrates+=($!)
 done
 for p in "${migrates[@]}"; do wait "$p" || { cat "$WORK"/migrate-c*.log; fail "one of five concurrent migrates failed"; }; done
+wait "$writer" || fail "the writer beside the five migrates failed: $(cat "$WORK/cic-writer.log")"
 applied=$(grep -l "migrate: applied " "$WORK"/migrate-c[1-5].log | wc -l)
 [ "$applied" = 1 ] || fail "$applied of the five concurrent migrates applied the step (want exactly 1)"
 [ "$(psqlc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_pending_idx'::regclass")" = t ] ||
