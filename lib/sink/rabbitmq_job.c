@@ -205,19 +205,21 @@ void rmq_disconnect(struct rabbitmq_sink *sk)
  * jobs are published (see break_gen). */
 void rmq_broken(struct rabbitmq_sink *sk, struct job_list *done, int err, const char *why)
 {
-    int n = 0;
+    int n = 0, q = 0;
     for (struct job *j = sk->out.head; j; j = j->next)
         n++;
-    log_warn("rabbitmq: %s; %d unconfirmed message%s will be published again, connecting anew", why,
-             n, n == 1 ? "" : "s");
     struct job_list queued;
     list_init(&queued);
     pthread_mutex_lock(&sk->mu);
+    for (struct job *j = sk->in.head; j; j = j->next)
+        q++;
     list_append(&queued, &sk->in);
     unsigned gen = sk->break_gen + 1;
     if (sk->out.head || queued.head)
         sk->break_gen = gen;
     pthread_mutex_unlock(&sk->mu);
+    log_warn("rabbitmq: %s; %d unconfirmed message%s and %d queued (not yet sent) will be published "
+             "again, connecting anew", why, n, n == 1 ? "" : "s", q);
     for (struct job *j = sk->out.head; j; j = j->next)
         j->break_of = gen;
     for (struct job *j = queued.head; j; j = j->next)

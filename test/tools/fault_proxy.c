@@ -28,6 +28,11 @@
  *                   cut at its first Produce request - nothing gets through at all
  *   hold on|off     hold every response until "hold off" (a broker that never answers);
  *                   requests still reach the broker
+ *   pause on|off    stop reading what clients send until "pause off": their sockets fill
+ *                   and their writes block (a network that stopped moving)
+ *   cut             reset (TCP RST) every open connection now, both sides: what the proxy
+ *                   holds and what the kernels still buffer on the way is lost, never
+ *                   reaching the broker
  *   stats           prints one STATS line on stdout (below)
  *   quit            exits
  * STATS connections=.. produce_requests=.. produce_responses=.. delivered=.. dropped=..
@@ -83,7 +88,7 @@ struct conn {
 static struct conn *conns[MAX_CONNS];
 static long long st_connections, st_produce_requests, st_produce_responses, st_delivered, st_dropped,
     st_resets, st_cut;
-static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold, raw;
+static int delay_ms, request_delay_ms, drop_one_in, reset_min_ms, reset_max_ms, hold, raw, paused;
 
 static int64_t now_ms(void)
 {
@@ -393,6 +398,14 @@ static int command(char *line)
                     if (r->release_ms == INT64_MAX)
                         r->release_ms = now;
         }
+    } else if (sscanf(line, "pause %15s", word) == 1 && (!strcmp(word, "on") || !strcmp(word, "off"))) {
+        paused = !strcmp(word, "on");
+    } else if (!strcmp(line, "cut")) {
+        for (int i = 0; i < MAX_CONNS; i++)
+            if (conns[i]) {
+                st_resets++;
+                conn_close(i, 1);
+            }
     } else if (!strcmp(line, "stats"))
         print_stats();
     else if (!strcmp(line, "quit"))
@@ -480,7 +493,7 @@ int main(int argc, char **argv)
                 wake = c->queue->release_ms;
             if (c->req_queue && c->req_queue->release_ms < wake)
                 wake = c->req_queue->release_ms;
-            pfd[n] = (struct pollfd){.fd = c->cfd, .events = POLLIN | (c->to_client.len ? POLLOUT : 0)};
+            pfd[n] = (struct pollfd){.fd = c->cfd, .events = (paused ? 0 : POLLIN) | (c->to_client.len ? POLLOUT : 0)};
             owner[n++] = i;
             pfd[n] = (struct pollfd){.fd = c->sfd, .events = POLLIN | (c->to_server.len ? POLLOUT : 0)};
             owner[n++] = i;
