@@ -5,7 +5,10 @@
  * after the one that did not answer (hostlist.h). */
 #include "pg/pgconn_int.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 
 #include "core/settings.h"
@@ -189,6 +192,25 @@ int pgconn_connected(const struct pgconn *pg)
 int pgconn_idle(const struct pgconn *pg)
 {
     return pg->state == PG_IDLE;
+}
+
+void pgconn_session(const struct pgconn *pg, int *pid, int *port)
+{
+    *pid = 0;
+    *port = 0;
+    if (!pgconn_connected(pg))
+        return;
+    *pid = PQbackendPID(pg->conn);
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(PQsocket(pg->conn), (struct sockaddr *)&sa, &len) != 0)
+        return;
+    if (sa.ss_family == AF_INET)
+        *port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    else if (sa.ss_family == AF_INET6)
+        *port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    else
+        *port = -1;
 }
 
 static void setup_done(void *ctx, PGresult *res)

@@ -45,6 +45,10 @@ void pgconn_reset(struct pgconn *pg, const char *why);
 
 int pgconn_connected(const struct pgconn *pg); /* set up, maybe busy */
 int pgconn_idle(const struct pgconn *pg);      /* set up and no query in flight */
+/* Who the session is on the server, as pg_stat_activity shows it: its backend's pid and
+ * the client's port (-1 over a Unix socket, as pg_stat_activity.client_port). 0 and 0
+ * while not connected. */
+void pgconn_session(const struct pgconn *pg, int *pid, int *port);
 
 /* Sends one statement with text parameters (copied by libpq before return).
  * Returns 0, or -1 if not idle or the send failed. A failed send (PQsendQueryParams, or the

@@ -293,6 +293,9 @@ static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct relay *r = w->data;
     lease_check_deadline(r);
+    /* a statement in flight for a sixth of the deadline: is its session alive? (the timer
+     * runs every 2/3 of the deadline, so an answer comes before the deadline passes) */
+    worker_prove_alive(r, r->lease.deadline_ms / 6);
     r->lease.due = 1;
     relay_want_kick(r);
 }

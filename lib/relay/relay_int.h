@@ -221,8 +221,17 @@ struct relay {
 
     const struct worker_stmt *stmt; /* the worker statement in flight, or NULL (worker.c) */
     int64_t stmt_sent_ms;           /* monotonic */
-    int64_t last_contact_ms;        /* monotonic send time of the last statement that succeeded
-                                       (worker.c; the lease deadline counts from it) */
+    int64_t last_contact_ms;        /* monotonic send time of the last statement that succeeded,
+                                       or of a proof that the session was alive (worker.c;
+                                       the lease deadline counts from it) */
+    /* Written by worker.c: while a worker statement runs long, the listen session asks
+     * whether the worker's backend is still there (worker_prove_alive). */
+    struct {
+        int pending;        /* a question in flight on the listen session */
+        int pid, port;      /* the worker session it is about (pgconn_session) */
+        int64_t sent_ms;    /* monotonic */
+        int64_t logged_for; /* stmt_sent_ms of the statement last logged alive */
+    } alive;
     int schema_ok;                  /* version checked on the current worker connection */
     int schema_logged;
     int payload_bytea;              /* the payload column is bytea: claimed as hex */
@@ -265,6 +274,10 @@ void relay_finish(struct relay *r, int code); /* code: an enum outbox_exit */
 int worker_send(struct relay *r, const struct worker_stmt *stmt, const char *sql, int nparams,
                 const char *const *params);
 int worker_busy(const struct relay *r);
+/* A worker statement in flight and no contact for after_ms: asks on the listen session
+ * whether the worker's backend (its lease locks) is still there; if so, counts the
+ * question's send time as contact. Nothing without a listen session (no doorbell). */
+void worker_prove_alive(struct relay *r, int64_t after_ms);
 
 /* session.c */
 void worker_send_version(struct relay *r);

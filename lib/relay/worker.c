@@ -68,7 +68,9 @@ static void worker_done(void *ctx, PGresult *res)
     struct relay *r = ctx;
     const struct worker_stmt *stmt = r->stmt;
     r->stmt = NULL;
-    if (res) /* the session (and its advisory locks) was alive when the statement was sent */
+    /* the session (and its advisory locks) was alive when the statement was sent; a proof
+     * of life asked while it ran may be later */
+    if (res && r->stmt_sent_ms > r->last_contact_ms)
         r->last_contact_ms = r->stmt_sent_ms;
     if (pgconn_result_ok(res)) {
         stmt->on_ok(r, res);
@@ -81,6 +83,52 @@ static void worker_done(void *ctx, PGresult *res)
         PQclear(res);
     }
     relay_want_kick(r);
+}
+
+/* A statement that runs long (behind a lock, over a long reader's dead tuples) is not a
+ * lost session: the backend that runs it holds the session's advisory locks until it
+ * ends, so a backend seen alive at or after the question was sent proves the locks held
+ * then, as a statement's answer proves them held when it was sent. The session is named
+ * by its pid and the client's port (a pid alone may be reused by a new session). */
+static void alive_done(void *ctx, PGresult *res)
+{
+    struct relay *r = ctx;
+    r->alive.pending = 0;
+    int pid, port;
+    pgconn_session(r->worker, &pid, &port);
+    int alive = pgconn_result_ok(res) && PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    if (alive && pid == r->alive.pid && port == r->alive.port) {
+        if (r->alive.sent_ms > r->last_contact_ms)
+            r->last_contact_ms = r->alive.sent_ms;
+        if (r->stmt && r->alive.logged_for != r->stmt_sent_ms) {
+            log_info("pg worker: statement running for %lld ms; its session is alive (asked on the "
+                     "listen session), so the lease partitions stay held",
+                     (long long)(mono_ms() - r->stmt_sent_ms));
+            r->alive.logged_for = r->stmt_sent_ms;
+        }
+    }
+    PQclear(res);
+}
+
+void worker_prove_alive(struct relay *r, int64_t after_ms)
+{
+    if (!r->stmt || r->alive.pending || !r->listener || !pgconn_idle(r->listener))
+        return;
+    int64_t now = mono_ms();
+    if (now - r->last_contact_ms < after_ms)
+        return;
+    pgconn_session(r->worker, &r->alive.pid, &r->alive.port);
+    if (r->alive.pid == 0)
+        return;
+    char pid[16], port[16];
+    snprintf(pid, sizeof(pid), "%d", r->alive.pid);
+    snprintf(port, sizeof(port), "%d", r->alive.port);
+    const char *params[2] = {pid, port};
+    r->alive.sent_ms = now;
+    r->alive.pending = 1;
+    if (pgconn_query(r->listener, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::int "
+                     "AND client_port = $2::int)", 2, params, alive_done, r) != 0)
+        r->alive.pending = 0;
 }
 
 #ifdef OUTBOX_TEST_HOOKS
