@@ -302,6 +302,17 @@ static const struct worker_stmt update_stmt = {
 void poison_send_update(struct relay *r)
 {
     struct row_update *u = &r->poison.updates[0];
+#ifdef OUTBOX_TEST_HOOKS
+    /* cut off and back: the session that held the row's lease partition is gone, and the
+     * park queued under it goes to the next session, which holds no lease yet: it must
+     * not be written (keep mode's HOLDS_LEASE) */
+    if (r->test_cut_before_park && !u->count_attempt) {
+        r->test_cut_before_park = 0;
+        log_warn("test hook: the worker session is cut before parking row %lld", (long long)u->id);
+        pgconn_reset(r->worker, "test hook: cut before a park");
+        return;
+    }
+#endif
     char id[24], max[16];
     snprintf(id, sizeof(id), "%lld", (long long)u->id);
     snprintf(max, sizeof(max), "%d", r->cfg->max_attempts);

@@ -260,6 +260,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
     r->test_flush_fail_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_BOTTOM_K");
     r->test_bottom_k = hook ? atoi(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_CUT_BEFORE_PARK");
+    r->test_cut_before_park = hook ? atoi(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_REPEAT_LOG_MS");
     if (hook && atoll(hook) > 0)
         r->fail_log.every_ms = atoll(hook);

@@ -264,6 +264,8 @@ struct relay {
     long long test_flush_fail_after;       /* once this many were acked, a worker flush fails */
     int test_bottom_k;                     /* at most this many partitions per claim from the
                                               bottom, as when such claims are slow (0: no cap) */
+    int test_cut_before_park;              /* the worker session is cut before the first
+                                              park, which goes to the next session (poison.c) */
 #endif
 };
 
