@@ -52,8 +52,9 @@ chmod 755 "$scratch"
 # the tree as it is now, tracked and new files alike, without build folders
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$scratch" 2>/dev/null
 # and its history (migrate_online builds the previous schema version's relay from git)
+# (and an index of it: the image tests name their image by a hash of the tracked files)
 git clone -q --no-checkout "$src" "$scratch/.history" && mv "$scratch/.history/.git" "$scratch/.git" &&
-    rmdir "$scratch/.history" || exit 1
+    rmdir "$scratch/.history" && git -C "$scratch" reset -q || exit 1
 cd "$scratch" || exit 1
 meson setup build -Dtest_hooks=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
 ninja -C build >/dev/null || exit 1

@@ -293,11 +293,20 @@ static void lease_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     struct relay *r = w->data;
     lease_check_deadline(r);
-    /* a statement in flight for a sixth of the deadline: is its session alive? (the timer
-     * runs every 2/3 of the deadline, so an answer comes before the deadline passes) */
-    worker_prove_alive(r, r->lease.deadline_ms / 6);
     r->lease.due = 1;
     relay_want_kick(r);
+}
+
+/* A statement without an answer for a sixth of the deadline: is its session alive? Asked
+ * every sixth, whatever sent the statement, so that the answer is back with at least half
+ * of the deadline to spare (on its own timer: the lease timer runs every 2/3 of the
+ * deadline, and a statement it sends itself would be asked about too late). */
+static void alive_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct relay *r = w->data;
+    worker_prove_alive(r, r->lease.deadline_ms / 6);
 }
 
 void lease_init(struct relay *r)
@@ -310,17 +319,22 @@ void lease_init(struct relay *r)
     ev_timer_init(&r->lease.timer, lease_timer_cb, cfg->lease_timeout_ms / 5000.0,
                   cfg->lease_timeout_ms / 5000.0);
     r->lease.timer.data = r;
+    double sixth = r->lease.deadline_ms / 6000.0;
+    ev_timer_init(&r->lease.alive_timer, alive_timer_cb, sixth, sixth);
+    r->lease.alive_timer.data = r;
     r->lease.due = 1;
 }
 
 void lease_start(struct relay *r)
 {
     ev_timer_start(r->loop, &r->lease.timer);
+    ev_timer_start(r->loop, &r->lease.alive_timer);
 }
 
 void lease_stop(struct relay *r)
 {
     ev_timer_stop(r->loop, &r->lease.timer);
+    ev_timer_stop(r->loop, &r->lease.alive_timer);
 }
 
 void lease_destroy(struct relay *r)

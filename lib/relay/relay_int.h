@@ -171,6 +171,7 @@ struct lease_set {
     unsigned char unowned_before[OUTBOX_LEASE_PARTITIONS]; /* no session held it at the last scan */
     char foreign_logged[512];   /* the foreign holders last logged */
     ev_timer timer;
+    ev_timer alive_timer;       /* every sixth of the deadline: a slow statement's proof of life */
 };
 
 /* Written by status.c. */
@@ -280,6 +281,11 @@ int worker_busy(const struct relay *r);
  * whether the worker's backend (its lease locks) is still there; if so, counts the
  * question's send time as contact. Nothing without a listen session (no doorbell). */
 void worker_prove_alive(struct relay *r, int64_t after_ms);
+/* Whether an answer to that question counts: the worker's backend seen ("t"), and the
+ * worker still the session asked about (pid and port now as when asked; pid 0: none). */
+int worker_alive_counts(const PGresult *res, int asked_pid, int asked_port, int pid_now, int port_now);
+/* Contact at sent_ms (monotonic): the deadline counts from the latest, never back. */
+void worker_contact(struct relay *r, int64_t sent_ms);
 
 /* session.c */
 void worker_send_version(struct relay *r);

@@ -70,8 +70,8 @@ static void worker_done(void *ctx, PGresult *res)
     r->stmt = NULL;
     /* the session (and its advisory locks) was alive when the statement was sent; a proof
      * of life asked while it ran may be later */
-    if (res && r->stmt_sent_ms > r->last_contact_ms)
-        r->last_contact_ms = r->stmt_sent_ms;
+    if (res)
+        worker_contact(r, r->stmt_sent_ms);
     if (pgconn_result_ok(res)) {
         stmt->on_ok(r, res);
         if (!stmt->keeps_result)
@@ -90,16 +90,26 @@ static void worker_done(void *ctx, PGresult *res)
  * ends, so a backend seen alive at or after the question was sent proves the locks held
  * then, as a statement's answer proves them held when it was sent. The session is named
  * by its pid and the client's port (a pid alone may be reused by a new session). */
+int worker_alive_counts(const PGresult *res, int asked_pid, int asked_port, int pid_now, int port_now)
+{
+    return pgconn_result_ok(res) && PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0 &&
+           asked_pid != 0 && asked_pid == pid_now && asked_port == port_now;
+}
+
+void worker_contact(struct relay *r, int64_t sent_ms)
+{
+    if (sent_ms > r->last_contact_ms)
+        r->last_contact_ms = sent_ms;
+}
+
 static void alive_done(void *ctx, PGresult *res)
 {
     struct relay *r = ctx;
     r->alive.pending = 0;
     int pid, port;
     pgconn_session(r->worker, &pid, &port);
-    int alive = pgconn_result_ok(res) && PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    if (alive && pid == r->alive.pid && port == r->alive.port) {
-        if (r->alive.sent_ms > r->last_contact_ms)
-            r->last_contact_ms = r->alive.sent_ms;
+    if (worker_alive_counts(res, r->alive.pid, r->alive.port, pid, port)) {
+        worker_contact(r, r->alive.sent_ms);
         if (r->stmt && r->alive.logged_for != r->stmt_sent_ms) {
             log_info("pg worker: statement running for %lld ms; its session is alive (asked on the "
                      "listen session), so the lease partitions stay held",

@@ -218,8 +218,8 @@ void rmq_broken(struct rabbitmq_sink *sk, struct job_list *done, int err, const 
     if (sk->out.head || queued.head)
         sk->break_gen = gen;
     pthread_mutex_unlock(&sk->mu);
-    log_warn("rabbitmq: %s; %d unconfirmed message%s and %d queued (not yet sent) will be published "
-             "again, connecting anew", why, n, n == 1 ? "" : "s", q);
+    log_warn("rabbitmq: %s; %d unconfirmed message%s and every one not yet sent (%d queued) will be "
+             "published again, connecting anew", why, n, n == 1 ? "" : "s", q);
     for (struct job *j = sk->out.head; j; j = j->next)
         j->break_of = gen;
     for (struct job *j = queued.head; j; j = j->next)

@@ -58,6 +58,8 @@ for i in 1 2 3 4 5; do
 done
 for p in "${migrates[@]}"; do wait "$p" || { cat "$WORK"/migrate-c*.log; fail "one of five concurrent migrates failed"; }; done
 wait "$writer" || fail "the writer beside the five migrates failed: $(cat "$WORK/cic-writer.log")"
+waited=$(grep -l "another migrate is running on this database; waiting for it" "$WORK"/migrate-c[1-5].log | wc -l)
+[ "$waited" -ge 1 ] || fail "no migrate waited for migrate's lock: the five did not meet (the premise)"
 applied=$(grep -l "migrate: applied " "$WORK"/migrate-c[1-5].log | wc -l)
 [ "$applied" = 1 ] || fail "$applied of the five concurrent migrates applied the step (want exactly 1)"
 [ "$(psqlc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_pending_idx'::regclass")" = t ] ||

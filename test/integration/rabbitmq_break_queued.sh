@@ -31,10 +31,10 @@ sleep 2
 sent_before=$(count_status SENT)
 proxy cut
 proxy pause off
-wait_until 30 "the break seen by the relay" grep -q "unconfirmed messages\? and [0-9]* queued" "$WORK/relay-main.log"
-line=$(grep -m1 "unconfirmed messages\? and [0-9]* queued" "$WORK/relay-main.log")
+wait_until 30 "the break seen by the relay" grep -q "unconfirmed messages\? and every one not yet sent ([0-9]* queued)" "$WORK/relay-main.log"
+line=$(grep -m1 "unconfirmed messages\? and every one not yet sent ([0-9]* queued)" "$WORK/relay-main.log")
 unconfirmed=$(sed -n 's/.*; \([0-9]*\) unconfirmed message.*/\1/p' <<<"$line")
-queued=$(sed -n 's/.* and \([0-9]*\) queued.*/\1/p' <<<"$line")
+queued=$(sed -n 's/.*not yet sent (\([0-9]*\) queued).*/\1/p' <<<"$line")
 log "at the break: $unconfirmed unconfirmed, $queued queued (not yet sent); $sent_before rows SENT before it"
 [ "${unconfirmed:-0}" -gt 0 ] && [ "${queued:-0}" -gt 0 ] ||
     fail "the premise did not hold: the break must find messages both unconfirmed and queued ($line)"
