@@ -95,7 +95,13 @@ DEMO_PIDS=()
 kill_demos() {
     TEST_RC=${TEST_RC:-$?}
     local p
-    for p in "${DEMO_PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+    # a demo still running (the test failed): SIGTERM first, so that it stops the servers it
+    # started (SIGKILL alone left them running), then SIGKILL whatever is left after 20 s
+    for p in "${DEMO_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${DEMO_PIDS[@]}"; do
+        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL -- "-$p" 2>/dev/null || true
+    done
     [ -z "${DEMO_HOLDER:-}" ] || kill "$DEMO_HOLDER" 2>/dev/null || true
     cleanup
 }
