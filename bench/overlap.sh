@@ -9,8 +9,10 @@
 # Every 5 s it prints the pending rows (rows written minus rows published, read just after a
 # fresh metrics snapshot), the claims from the bottom since the last sample, and in keep mode
 # outbox_watermark_lag_seconds; outbox_proof_held_seconds in every mode. The last line is:
-#   RESULT overlap_max_pending=.. overlap_final_pending=.. max_bottom_per_s=.. max_wlag_s=..
-#          max_held_s=.. slow_tps=.. published=.. seconds=.. rate=.. writers=.. tx_ms=.. on_sent=.. reader=..
+#   RESULT overlap_max_pending=.. overlap_final_pending=.. two_seconds=.. (two seconds of
+#          writes at the rate reached) max_bottom_per_s=.. max_wlag_s=.. max_held_s=.. slow_tps=..
+#          published=.. events_per_s=.. seconds=.. rate=.. writers=.. tx_ms=.. on_sent=.. reader=..
+# bench/overlap_matrix.sh runs it over writer counts, transaction lengths, modes and readers.
 # Targets (issue "The proof under the relay"): pending under two seconds of writes, claims
 # from the bottom at most 1 per second, watermark lag at most 2 s.
 set -euo pipefail
@@ -111,4 +113,6 @@ final=$(($(psqlc "SELECT last_value FROM outbox_id_seq") - m))
 tx_pid=""
 slow_tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$out/pgbench-slow.txt" | head -1)
 say "figures and raw data in $out"
-echo "RESULT overlap_max_pending=$max overlap_final_pending=$final max_bottom_per_s=$max_bottom max_wlag_s=$max_wlag max_held_s=$max_held slow_tps=${slow_tps:-?} published=$(m_at outbox_marked_total) seconds=$seconds rate=$rate writers=$writers tx_ms=$tx_ms on_sent=$on_sent reader=$reader"
+published=$(m_at outbox_marked_total)
+eps=$((published / seconds))
+echo "RESULT overlap_max_pending=$max overlap_final_pending=$final two_seconds=$((2 * eps)) max_bottom_per_s=$max_bottom max_wlag_s=$max_wlag max_held_s=$max_held slow_tps=${slow_tps:-?} published=$published events_per_s=$eps seconds=$seconds rate=$rate writers=$writers tx_ms=$tx_ms on_sent=$on_sent reader=$reader"

@@ -69,9 +69,10 @@ static const struct setting settings[] = {
     {"OUTBOX_WATERMARK_AUDIT_MS", "watermark-audit-ms", SETTING_INT, OFF(watermark_audit_ms), "60000", 100,
      86400000, NULL,
      "keep mode: once per this period each held lease partition's next 320,000 ids at or below "
-     "its watermark (from where its last turn ended) are compared with what was recorded as "
-     "published; a row never published (a broken writer rule, a restore) is published, counted "
-     "and logged"},
+     "its watermark (from where its last turn ended; more when its retained rows span so many ids "
+     "that a whole pass would not end within a quarter of OUTBOX_RETENTION) are compared with what "
+     "was recorded as published; a row never published (a broken writer rule, a restore) is "
+     "published, counted and logged"},
     {"OUTBOX_LAYOUT", "layout", SETTING_STRING, OFF(layout), "native", 0, 0, config_check_layout,
      "native: the relay's own table; debezium: Debezium's outbox table (id uuid, aggregatetype, "
      "aggregateid, type, payload), which `migrate` extends without touching its columns, and "

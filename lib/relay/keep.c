@@ -278,14 +278,30 @@ void keep_claim_skip(const struct relay *r, struct strbuf *ids)
 
 /* ---- the audit: rows at or below W that were never published ---------------------- */
 
-/* The ids one audit turn looks at: about 1,250 rows of a partition when keys spread evenly
- * over the 64 (keep_audit in keep_sql_watermark); KEEP_AUDIT_TURNS turns per held partition
- * per OUTBOX_WATERMARK_AUDIT_MS, 320,000 ids in all. A turn holds the worker session: one of
- * 320,000 ids took 150-360 ms beside writers at 3,000 events/s (bench/longtx.sh in keep
- * mode), each a step in the backlog; a quarter of it, four times as often, is the same work
- * in smaller steps. */
+/* The ids one audit turn looks at, at least: about 1,250 rows of a partition when keys
+ * spread evenly over the 64 (keep_audit in keep_sql_watermark); KEEP_AUDIT_TURNS turns per
+ * held partition per OUTBOX_WATERMARK_AUDIT_MS, 320,000 ids in all. A turn holds the worker
+ * session, so the work goes in small steps, four times a period. */
 #define KEEP_AUDIT_TURNS 4
 #define KEEP_AUDIT_SPAN (320000 / KEEP_AUDIT_TURNS)
+
+/* A turn's span: KEEP_AUDIT_SPAN, or more when a partition's retained rows span so many ids
+ * that a pass at that pace would not end within a quarter of OUTBOX_RETENTION. The span
+ * covers the retained ids in a sixth of the retention; as W moves on meanwhile (at a steady
+ * rate, by the retained ids in the whole retention), a pass closes on W at five sixths of
+ * that speed and ends in a fifth (test_audit_pace). 24 h at 10,000 events/s retains 864
+ * million ids: 960 turns in 4 h, 900,001 ids (about 14,000 of the partition's rows) each. */
+int64_t keep_audit_span(int64_t retained_ids, int retention_s, int period_ms)
+{
+    if (retention_s <= 0 || retained_ids <= KEEP_AUDIT_SPAN || period_ms <= 0)
+        return KEEP_AUDIT_SPAN;
+    double turns = (double)retention_s * 1000.0 / 6.0 / period_ms * KEEP_AUDIT_TURNS;
+    if (turns < 1)
+        turns = 1;
+    double span = (double)retained_ids / turns + 1;
+    return span > KEEP_AUDIT_SPAN ? (int64_t)span : KEEP_AUDIT_SPAN;
+}
+
 static void audit_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
@@ -303,8 +319,17 @@ static void audit_ok(struct relay *r, PGresult *res)
     }
     /* the partition's next turn goes on from here (never below its lowest row), or from the
      * bottom once a pass reached W */
-    int64_t to = r->keep.audit_from[p] + KEEP_AUDIT_SPAN, low = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LOW));
-    r->keep.audit_from[p] = to >= pg_int(PQgetvalue(res, 0, KEEP_AUDIT_W)) ? 0 : to;
+    int64_t w = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_W)), low = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LOW));
+    int64_t to = r->keep.audit_from[p] + r->keep.audit_span;
+    r->keep.audit_ids[p] = w - low + 1;
+    if (to >= w) { /* a whole pass: from the partition's lowest row to W */
+        r->m.keep_audit_passes_total++;
+        r->m.keep_audit_pass_seconds = (double)(mono_ms() - r->keep.audit_began_ms[p]) / 1000.0;
+        r->keep.audit_began_ms[p] = 0;
+        r->keep.audit_from[p] = 0;
+    } else {
+        r->keep.audit_from[p] = to;
+    }
     if (r->keep.audit_from[p] < low - 1)
         r->keep.audit_from[p] = low - 1;
     r->m.keep_audited_total++;
@@ -332,7 +357,10 @@ void keep_audit_send(struct relay *r)
     snprintf(key, sizeof(key), "%d", r->sql.lease_key);
     snprintf(part, sizeof(part), "%d", p);
     snprintf(from, sizeof(from), "%lld", (long long)r->keep.audit_from[p]);
-    snprintf(to, sizeof(to), "%lld", (long long)r->keep.audit_from[p] + KEEP_AUDIT_SPAN);
+    if (r->keep.audit_began_ms[p] == 0)
+        r->keep.audit_began_ms[p] = mono_ms();
+    r->keep.audit_span = keep_audit_span(r->keep.audit_ids[p], r->cfg->retention_seconds, r->cfg->watermark_audit_ms);
+    snprintf(to, sizeof(to), "%lld", (long long)(r->keep.audit_from[p] + r->keep.audit_span));
     const char *params[5] = {key, part, "at or below the watermark but never recorded as published (the audit)",
                              from, to};
     worker_send(r, &audit_stmt, r->sql.keep_audit, 5, params);

@@ -140,26 +140,28 @@ static void keep_sql_watermark(struct keep_statements *sql, const struct keep_na
      * by the BRIN index on their lowest and highest ids, or the btree on their highest, as the
      * planner sees fit with the bounds known), so that a table retaining millions of rows
      * costs each turn the same. (A per-row lookup of old rows in the records reads every later
-     * record of the partition: a bitmap scan cannot stop at the first match.) The rows and the
-     * recorded ids are compared by one grouping, not an anti-join: the planner cannot know how
-     * many rows the span holds (W is read in the statement) and chose a nested loop over the
-     * records for each row — 3.5 million comparisons and 0.5-1.3 s per turn on the worker
-     * session once a turn spanned 2,600-5,000 rows (bench/longtx.sh in keep mode, where those
-     * turns were the backlog's spikes). Records go once
+     * record of the partition: a bitmap scan cannot stop at the first match.) The span's ids
+     * come from the pending index alone (an index-only scan: rows never written again are
+     * all-visible once vacuumed) and the recorded ids are taken from them by one EXCEPT (a
+     * hashed set of ids); only the gaps' keys are read from the table. Not an anti-join: the
+     * planner cannot know how many rows the span holds (W is read in the statement) and chose
+     * a nested loop over the records for each row — 3.5 million comparisons and 0.5-1.3 s per
+     * turn once a turn spanned 2,600-5,000 rows (bench/longtx.sh in keep mode). Nor a grouping
+     * of rows with their keys: that read every row's heap page, 4-7 us a row against about 1
+     * (27,552 rows of one partition, 3.2 million retained, by hand: 110-200 ms against 35-45).
+     * Records go once
      * every row they name is gone (retention): below the lowest row left, and never above W.
      * Returns: held, gaps, their first ids, records dropped, W, the partition's lowest row. */
     free(sql->keep_audit);
     sql->keep_audit = xasprintf(
         "WITH cur AS (SELECT coalesce((SELECT w FROM %s WHERE lease_partition = $2::int2), 0) AS w"
         "  WHERE " HOLDS_LEASE("$1", "$2") "),"
-        " span AS (SELECT o.id, o.aggregate_id FROM %s o, cur WHERE o.status = 'PENDING'"
-        "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= least($5::int8, cur.w)),"
-        " rec AS (SELECT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2"
+        " gap AS (SELECT o.id FROM %s o, cur WHERE o.status = 'PENDING'"
+        "  AND o.lease_partition = $2::int2 AND o.id > $4::int8 AND o.id <= least($5::int8, cur.w)"
+        "  EXCEPT SELECT i FROM %s pb, unnest(pb.ids) i WHERE pb.lease_partition = $2::int2"
         "  AND pb.low <= $5::int8 AND pb.top > $4::int8 AND i > $4::int8 AND i <= $5::int8),"
-        " gap AS (SELECT u.id, min(u.aggregate_id) AS aggregate_id FROM (SELECT id, aggregate_id, true AS row FROM span"
-        "   UNION ALL SELECT i, NULL, false FROM rec) u GROUP BY u.id HAVING bool_and(u.row)),"
         " ins AS (INSERT INTO %s (id, lease_partition, aggregate_id, attempts, last_error, failed)"
-        "  SELECT g.id, $2::int2, g.aggregate_id, 0, $3, false FROM gap g"
+        "  SELECT g.id, $2::int2, o.aggregate_id, 0, $3, false FROM gap g JOIN %s o ON o.id = g.id"
         "  WHERE NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = g.id) ON CONFLICT (id) DO NOTHING RETURNING id),"
         " low AS (SELECT least(cur.w + 1, (SELECT min(o.id) FROM %s o WHERE o.status = 'PENDING'"
         "  AND o.lease_partition = $2::int2)) AS id FROM cur),"
@@ -167,7 +169,7 @@ static void keep_sql_watermark(struct keep_statements *sql, const struct keep_na
         " SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM ins),"
         "  (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 20) x),"
         "  (SELECT count(*) FROM old), (SELECT w FROM cur), (SELECT id FROM low)",
-        k->wm, k->table_q, k->pub, k->parked, k->parked, k->table_q, k->pub);
+        k->wm, k->table_q, k->pub, k->parked, k->table_q, k->parked, k->table_q, k->pub);
 }
 
 /* The proof's premises (keep.c's check): the id's identity kind, its sequence's cache and last
@@ -225,7 +227,8 @@ static void keep_sql_monitor(struct keep_statements *sql, const struct keep_name
      * was published. A row W passed that no record names was never published (a row planted
      * below W, a restore, a broken proof): it is kept, and counted and named (the last three
      * columns: how many, their first ids, the highest) for the audit, which publishes it
-     * under the lease (this session holds none). */
+     * under the lease (this session holds none). Columns as the other layouts' (deleted, the
+     * highest id read, rows left, the first row left), then those three. */
     char *rec_w = recorded(k, "w.lease_partition", "w.id");
     free(sql->purge);
     sql->purge = xasprintf(
@@ -238,7 +241,9 @@ static void keep_sql_monitor(struct keep_statements *sql, const struct keep_name
         " kept AS (SELECT id FROM old WHERE NOT rec),"
         " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM old WHERE rec) RETURNING 1)"
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
-        " (SELECT count(*) FROM w) - (SELECT count(*) FROM old WHERE rec), (SELECT count(*) FROM kept),"
+        " (SELECT count(*) FROM w) - (SELECT count(*) FROM old WHERE rec),"
+        " (SELECT coalesce(min(w.id), 0) FROM w WHERE w.id NOT IN (SELECT id FROM old WHERE rec)),"
+        " (SELECT count(*) FROM kept),"
         " (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM kept ORDER BY id LIMIT 20) x),"
         " (SELECT coalesce(max(id), 0) FROM kept)",
         k->table_q, rec_w, k->wm, k->parked, k->table_q);

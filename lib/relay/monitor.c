@@ -16,6 +16,14 @@
 #define STATS_COST_SHARE 10
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
+/* A retention cycle reads the table in id order from where the last one stopped: the first
+ * row it left (PENDING, too young, parked), below which it deleted every row it could see.
+ * Every PURGE_BOTTOM_EVERY cycles (5 minutes) one starts from the bottom instead, for the
+ * rows that committed below that point after a cycle passed it (late commits, sent later).
+ * From the bottom every time, a cycle walked every index entry of the rows deleted since the
+ * oldest snapshot: under a REPEATABLE READ reader open for minutes in delete mode, 7-8 s of
+ * every 10 s on the monitor session (bench/longtx.sh --on-sent delete, log_min_duration). */
+#define PURGE_BOTTOM_EVERY 30
 
 enum monitor_step { STEP_IDLE, STEP_DUPLICATES, STEP_STATS, STEP_LONG_TX, STEP_XMIN_HOLDER, STEP_ORPHANS, STEP_PARTITIONS, STEP_PURGE };
 
@@ -39,6 +47,10 @@ struct monitor {
     int partitions_failed_logged;
     long long purge_after_id;
     long long purge_cycle_deleted;
+    long long purge_first_left; /* the first row the cycle in progress left, or 0 */
+    long long purge_resume;     /* where the next cycle starts unless from the bottom */
+    int purge_cycles;           /* cycles since the last one from the bottom */
+    int purge_bottom_every;     /* PURGE_BOTTOM_EVERY, or a test hook's */
     long long purge_kept_high; /* keep mode: the highest unrecorded row retention kept and named */
     int long_tx_reported_pid;
     char long_tx_reported_xid[24];
@@ -213,23 +225,28 @@ static void purge_done(void *ctx, PGresult *res)
     if (!pgconn_result_ok(res)) {
         failed(mon, "retention purge", res);
         PQclear(res);
-        mon->purge_after_id = 0;
+        mon->purge_after_id = mon->purge_resume; /* the next cycle starts where this one did */
+        mon->purge_first_left = 0;
+        mon->purge_cycle_deleted = 0;
         next(mon);
         return;
     }
     long long deleted = (long long)num(res, 0);
     long long max_seen = (long long)num(res, 1);
     long long live = (long long)num(res, 2);
+    long long first_left = (long long)num(res, 3);
+    if (first_left > 0 && mon->purge_first_left == 0)
+        mon->purge_first_left = first_left;
     /* keep mode: rows W passed that no record names, kept; counted and named once each (a
      * later cycle finds them again until the audit has published them) */
-    if (PQnfields(res) > 5 && num(res, 3) > 0 && (long long)num(res, 5) > mon->purge_kept_high) {
-        mon->m->keep_gaps_total += (uint64_t)num(res, 3);
+    if (PQnfields(res) > 6 && num(res, 4) > 0 && (long long)num(res, 6) > mon->purge_kept_high) {
+        mon->m->keep_gaps_total += (uint64_t)num(res, 4);
         log_error("keep: retention kept %lld rows at or below their watermark that were never recorded as "
                   "published (ids %s%s); the watermark's audit publishes them. A row inserted with an id below "
                   "the watermark (OVERRIDING SYSTEM VALUE, a restore, a rewound sequence) or a broken proof; see "
-                  "docs/OUTBOX-TABLE.md, Keep", (long long)num(res, 3), PQgetvalue(res, 0, 4),
-                  num(res, 3) > 20 ? ", ..." : "");
-        mon->purge_kept_high = (long long)num(res, 5);
+                  "docs/OUTBOX-TABLE.md, Keep", (long long)num(res, 4), PQgetvalue(res, 0, 5),
+                  num(res, 4) > 20 ? ", ..." : "");
+        mon->purge_kept_high = (long long)num(res, 6);
     }
     PQclear(res);
     mon->m->retention_deleted_total += (uint64_t)deleted;
@@ -239,7 +256,19 @@ static void purge_done(void *ctx, PGresult *res)
         if (mon->purge_cycle_deleted > 0)
             log_info("retention: deleted %lld SENT rows older than %s", mon->purge_cycle_deleted,
                      mon->cfg->retention);
-        mon->purge_after_id = 0;
+        /* below the first row it left (or the last it read, if it left none) this cycle
+         * deleted every row it saw */
+        long long upto = mon->purge_first_left > 0 ? mon->purge_first_left - 1
+                         : max_seen > 0                ? max_seen
+                                                       : mon->purge_after_id;
+        if (upto > mon->purge_resume)
+            mon->purge_resume = upto;
+        if (++mon->purge_cycles >= mon->purge_bottom_every) {
+            mon->purge_cycles = 0;
+            mon->purge_resume = 0;
+        }
+        mon->purge_after_id = mon->purge_resume;
+        mon->purge_first_left = 0;
         mon->purge_cycle_deleted = 0;
     } else {
         mon->purge_after_id = max_seen;
@@ -417,6 +446,12 @@ struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
     mon->cfg = cfg;
     mon->sql = sql;
     mon->m = m;
+    mon->purge_bottom_every = PURGE_BOTTOM_EVERY;
+#ifdef OUTBOX_TEST_HOOKS
+    const char *hook = getenv("OUTBOX_TESTHOOK_PURGE_BOTTOM_EVERY");
+    if (hook && atoi(hook) > 0)
+        mon->purge_bottom_every = atoi(hook);
+#endif
     /* JIT off, as on the worker session: the backlog's statement in keep mode (a lateral over
      * the 64 lease partitions) costs more than jit_above_cost, and PostgreSQL spent 87 ms of a
      * 552 ms run compiling it (auto_explain, bench/longtx.sh in keep mode) */

@@ -242,7 +242,10 @@ static void sql_monitor(struct outbox_sql *sql, const struct config *cfg, const 
         "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)) RETURNING 1)"
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
-        "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
+        "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int))),"
+        /* the first row it leaves (monitor.c starts most cycles there) */
+        " (SELECT coalesce(min(id), 0) FROM w WHERE NOT (status = 'SENT'"
+        "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)))",
         n->t, n->t);
 
     sql->duplicates = xasprintf("SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "

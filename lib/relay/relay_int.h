@@ -139,6 +139,9 @@ struct keep_state {
     int audit_next;         /* the partition after the one audited last */
     int audit_part;         /* the partition of the audit in flight */
     int64_t audit_from[OUTBOX_LEASE_PARTITIONS]; /* where each partition's next turn starts */
+    int64_t audit_ids[OUTBOX_LEASE_PARTITIONS];  /* W less the lowest row at its last turn */
+    int64_t audit_began_ms[OUTBOX_LEASE_PARTITIONS]; /* when its pass began (0: not yet) */
+    int64_t audit_span;     /* the ids of the turn in flight */
     /* Rows this relay recorded as published, above its floors: the claim skips them as it
      * skips rows in flight (a hashed list) instead of looking each up in the records. */
     int64_t *pub_id;
@@ -311,6 +314,7 @@ int keep_unsaved(const struct relay *r);
 void keep_claim_w(const struct relay *r, const struct floor_claim *fc, struct strbuf *w);
 void keep_claim_skip(const struct relay *r, struct strbuf *ids);
 int keep_audit_due(const struct relay *r);
+int64_t keep_audit_span(int64_t retained_ids, int retention_s, int period_ms);
 void keep_audit_send(struct relay *r);
 
 /* claim.c */

@@ -80,6 +80,9 @@ static const struct counter_def {
      offsetof(struct metrics, keep_gaps_total)},
     {"outbox_watermark_audits_total", "OUTBOX_ON_SENT=keep: lease partitions audited below their watermark.",
      offsetof(struct metrics, keep_audited_total)},
+    {"outbox_watermark_audit_passes_total",
+     "OUTBOX_ON_SENT=keep: whole audit passes of a lease partition (from its lowest row to its watermark).",
+     offsetof(struct metrics, keep_audit_passes_total)},
     {"outbox_watermark_advances_total", "OUTBOX_ON_SENT=keep: lease partitions' watermarks moved up.",
      offsetof(struct metrics, keep_advances_total)},
     {"outbox_watermark_refused_total",
@@ -193,6 +196,10 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
                   "of a partition this relay holds, at the last advance (how long W has trailed what was "
                   "published; 0 when W has caught up).",
                   m->keep_lag_seconds);
+    metrics_gauge(o, "outbox_watermark_audit_pass_seconds",
+                  "OUTBOX_ON_SENT=keep: how long the last whole audit pass of a lease partition took "
+                  "(paced to end within a quarter of OUTBOX_RETENTION; 0 before the first).",
+                  m->keep_audit_pass_seconds);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",

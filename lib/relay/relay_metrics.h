@@ -42,6 +42,8 @@ struct metrics {
     uint64_t keep_advances_total;   /* keep mode: watermarks moved */
     uint64_t keep_gaps_total;       /* keep mode: rows the audit found below W, never published */
     uint64_t keep_audited_total;    /* keep mode: partitions audited */
+    uint64_t keep_audit_passes_total; /* keep mode: audit passes that reached W */
+    double keep_audit_pass_seconds; /* keep mode: how long the last whole pass took */
     uint64_t keep_refused_total;    /* keep mode: acknowledged rows a mark could not record (lease gone) */
     int64_t keep_published_records; /* keep mode: published records above the watermarks (held partitions) */
     int keep_blocked;               /* keep mode: the watermark's proof failed its check */
