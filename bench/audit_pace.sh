@@ -78,7 +78,7 @@ while [ $((SECONDS - start)) -lt "$seconds" ]; do
 done
 s1=$(sessions) t1=$(date +%s.%N)
 hz=$(getconf CLK_TCK)
-pass_s=$(metric_at "$url" outbox_watermark_audit_pass_seconds)
+pass_s=$(metric_at "$url" outbox_watermark_audit_pass_seconds | awk '{ printf "%.1f", $1 }')
 read -r calls total p50 mx < <(psqlc "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 1),
        round(max_exec_time::numeric, 1) FROM pg_stat_statements WHERE query LIKE '%EXCEPT SELECT i FROM%'" | tr '|' ' ')
 wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
