@@ -284,6 +284,12 @@ void keep_claim_skip(const struct relay *r, struct strbuf *ids)
  * session, so the work goes in small steps, four times a period. */
 #define KEEP_AUDIT_TURNS 4
 #define KEEP_AUDIT_SPAN (320000 / KEEP_AUDIT_TURNS)
+/* ... and at most: about 50,000 of a partition's rows, 50-75 ms a turn. The retained ids are
+ * W less the lowest row, which a row parked for good (never deleted) holds down for as long
+ * as it stays: uncapped, one such row a month old would make turns of 27 million ids at
+ * 10,000 events/s. The cap still lets a pass end within a quarter of 24 h of retention up
+ * to about 35,000 events/s. */
+#define KEEP_AUDIT_SPAN_MAX 3200000
 
 /* A turn's span: KEEP_AUDIT_SPAN, or more when a partition's retained rows span so many ids
  * that a pass at that pace would not end within a quarter of OUTBOX_RETENTION. The span
@@ -299,7 +305,7 @@ int64_t keep_audit_span(int64_t retained_ids, int retention_s, int period_ms)
     if (turns < 1)
         turns = 1;
     double span = (double)retained_ids / turns + 1;
-    return span > KEEP_AUDIT_SPAN ? (int64_t)span : KEEP_AUDIT_SPAN;
+    return span > KEEP_AUDIT_SPAN_MAX ? KEEP_AUDIT_SPAN_MAX : span > KEEP_AUDIT_SPAN ? (int64_t)span : KEEP_AUDIT_SPAN;
 }
 
 static void audit_ok(struct relay *r, PGresult *res)
@@ -324,7 +330,13 @@ static void audit_ok(struct relay *r, PGresult *res)
     r->keep.audit_ids[p] = w - low + 1;
     if (to >= w) { /* a whole pass: from the partition's lowest row to W */
         r->m.keep_audit_passes_total++;
-        r->m.keep_audit_pass_seconds = (double)(mono_ms() - r->keep.audit_began_ms[p]) / 1000.0;
+        if (r->keep.audit_began_ms[p] > 0) /* (not a pass the session changed under) */
+            r->keep.audit_pass_ms[p] = mono_ms() - r->keep.audit_began_ms[p];
+        int64_t longest = 0;
+        for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++)
+            if (lease_state(r, i) != LEASE_FREE && r->keep.audit_pass_ms[i] > longest)
+                longest = r->keep.audit_pass_ms[i];
+        r->m.keep_audit_pass_seconds = (double)longest / 1000.0;
         r->keep.audit_began_ms[p] = 0;
         r->keep.audit_from[p] = 0;
     } else {
@@ -345,8 +357,12 @@ int keep_audit_due(const struct relay *r)
 
 void keep_audit_send(struct relay *r)
 {
-    /* one held partition per turn, so that a round gives each KEEP_AUDIT_TURNS turns per period */
-    r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / (OUTBOX_LEASE_PARTITIONS * KEEP_AUDIT_TURNS);
+    /* one held partition per turn, so that a round gives each KEEP_AUDIT_TURNS turns per
+     * period: relays that share the table share the work (with four relays each turning
+     * every 1/256 of the period, the table was audited four times as often as the pace
+     * asks, each turn at the full span) */
+    int held = lease_held(r);
+    r->keep.audit_due_ms = mono_ms() + r->cfg->watermark_audit_ms / ((held > 0 ? held : 1) * KEEP_AUDIT_TURNS);
     int p = r->keep.audit_next;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++, p = (p + 1) % OUTBOX_LEASE_PARTITIONS)
         if (lease_state(r, p) != LEASE_FREE)
@@ -383,6 +399,10 @@ void keep_mark_result(struct relay *r, const PGresult *res)
 void keep_session_new(struct relay *r)
 {
     r->keep.session_checked = 0;
+    /* the leases were lost with the old session: a pass under way did not run all along */
+    for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++)
+        if (r->keep.audit_began_ms[i] > 0)
+            r->keep.audit_began_ms[i] = -1;
     keep_forget_published(r);
     r->keep.check_due_ms = 0;
 }

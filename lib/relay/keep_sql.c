@@ -228,7 +228,8 @@ static void keep_sql_monitor(struct keep_statements *sql, const struct keep_name
      * below W, a restore, a broken proof): it is kept, and counted and named (the last three
      * columns: how many, their first ids, the highest) for the audit, which publishes it
      * under the lease (this session holds none). Columns as the other layouts' (deleted, the
-     * highest id read, rows left, the first row left), then those three. */
+     * highest id read, rows left, the first row left that is not parked: a row parked for
+     * good may stay for months), then those three. */
     char *rec_w = recorded(k, "w.lease_partition", "w.id");
     free(sql->purge);
     sql->purge = xasprintf(
@@ -242,11 +243,12 @@ static void keep_sql_monitor(struct keep_statements *sql, const struct keep_name
         " d AS (DELETE FROM %s WHERE id IN (SELECT id FROM old WHERE rec) RETURNING 1)"
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w) - (SELECT count(*) FROM old WHERE rec),"
-        " (SELECT coalesce(min(w.id), 0) FROM w WHERE w.id NOT IN (SELECT id FROM old WHERE rec)),"
+        " (SELECT coalesce(min(w.id), 0) FROM w WHERE w.id NOT IN (SELECT id FROM old WHERE rec)"
+        "  AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.id = w.id)),"
         " (SELECT count(*) FROM kept),"
         " (SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM kept ORDER BY id LIMIT 20) x),"
         " (SELECT coalesce(max(id), 0) FROM kept)",
-        k->table_q, rec_w, k->wm, k->parked, k->table_q);
+        k->table_q, rec_w, k->wm, k->parked, k->table_q, k->parked);
     free(rec_w);
     /* parked entries whose row is not in the table (deleted or dropped by hand; retention
      * never takes a parked row): nothing is left to publish, and they would count as parked

@@ -243,9 +243,11 @@ static void sql_monitor(struct outbox_sql *sql, const struct config *cfg, const 
         " SELECT (SELECT count(*) FROM d), (SELECT max(id) FROM w),"
         " (SELECT count(*) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
         "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int))),"
-        /* the first row it leaves (monitor.c starts most cycles there) */
-        " (SELECT coalesce(min(id), 0) FROM w WHERE NOT (status = 'SENT'"
-        "   AND sent_at < clock_timestamp() - make_interval(secs => $3::int)))",
+        /* the first row it leaves that may be deleted later (monitor.c starts most cycles
+         * there): PENDING or too young; not a FAILED row, which may stay for months (a later
+         * requeue and send is found by a cycle from the bottom) */
+        " (SELECT coalesce(min(id), 0) FROM w WHERE status = 'PENDING' OR (status = 'SENT'"
+        "   AND sent_at >= clock_timestamp() - make_interval(secs => $3::int)))",
         n->t, n->t);
 
     sql->duplicates = xasprintf("SELECT count(*) FROM %s WHERE status = 'PENDING' AND id <= "

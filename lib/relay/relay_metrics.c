@@ -197,8 +197,8 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
                   "published; 0 when W has caught up).",
                   m->keep_lag_seconds);
     metrics_gauge(o, "outbox_watermark_audit_pass_seconds",
-                  "OUTBOX_ON_SENT=keep: how long the last whole audit pass of a lease partition took "
-                  "(paced to end within a quarter of OUTBOX_RETENTION; 0 before the first).",
+                  "OUTBOX_ON_SENT=keep: the longest of the last whole audit passes of the lease partitions "
+                  "this relay holds (paced to end within a quarter of OUTBOX_RETENTION; 0 before the first).",
                   m->keep_audit_pass_seconds);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
