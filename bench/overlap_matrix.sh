@@ -29,14 +29,15 @@ for c in $configs; do
         --rate "$rate" --out "$out/$writers-$tx-$mode-$reader-$rate" >"$out/$writers-$tx-$mode-$reader-$rate.log" 2>&1 || true
     line=$(grep '^RESULT' "$out/$writers-$tx-$mode-$reader-$rate.log" | tail -1 || true)
     get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $line"; }
+    getf() { get "$1" | awk '{ printf "%.2f", $1 }'; }
     if [ -z "$line" ]; then
         printf '| %s | %s | %s | %s | run failed: %s.log | | | | | | |\n' "$writers" "$tx" "$mode" "$reader" "$out/$writers-$tx-$mode-$reader-$rate" >>"$out/table.md"
         continue
     fi
     printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$writers" "$tx" "$mode" \
         "$([ "$reader" = 1 ] && echo yes || echo no)" "$(get events_per_s)" "$(get overlap_max_pending)" \
-        "$(get two_seconds)" "$(get max_bottom_per_s)" "$([ "$mode" = keep ] && get max_wlag_s || echo -)" \
-        "$(get max_held_s)" "$(get overlap_final_pending)" >>"$out/table.md"
+        "$(get two_seconds)" "$(get max_bottom_per_s)" "$([ "$mode" = keep ] && getf max_wlag_s || echo -)" \
+        "$(getf max_held_s)" "$(get overlap_final_pending)" >>"$out/table.md"
     echo "$line"
 done
 cat "$out/table.md"
