@@ -57,14 +57,7 @@ until metric_at "$url" outbox_watermark_audits_total >/dev/null 2>&1; do sleep 0
     -T "$seconds" -f "$out/writer.sql" audit_pace >"$out/pgbench.txt" 2>&1 &
 w_pid=$!
 psqlc "SELECT pg_stat_statements_reset()" >/dev/null
-sessions() {
-    local pid t=0 c
-    for pid in $("$PG_BIN/psql" -X -At "$admin" -c "SELECT pid FROM pg_stat_activity
-                 WHERE datname = 'audit_pace' AND application_name LIKE 'outbox-relay %'"); do
-        c=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null) && t=$((t + c))
-    done
-    echo "$t"
-}
+sessions() { common_session_ticks "$admin" audit_pace | awk '{ t += $2 } END { print t + 0 }'; }
 s0=$(sessions) t0=$(date +%s.%N) start=$SECONDS first_all="" max_pending=0
 while [ $((SECONDS - start)) -lt "$seconds" ]; do
     sleep 10

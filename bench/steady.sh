@@ -37,13 +37,7 @@ admin="host=127.0.0.1 port=$RELAYTEST_PG_PORT user=postgres dbname=postgres"
 tick_hz=$(getconf CLK_TCK)
 
 # CPU ticks of the relay's sessions in database $1 ("pid ticks" lines)
-session_ticks() {
-    local pid
-    for pid in $("$PG_BIN/psql" -X -At "$admin" -c "SELECT pid FROM pg_stat_activity
-                 WHERE datname = '$1' AND application_name LIKE 'outbox-relay %'"); do
-        awk -v p="$pid" '{ print p, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true
-    done
-}
+session_ticks() { common_session_ticks "$admin" "$1"; }
 # ticks spent between two session_ticks snapshots, by sessions alive at both
 ticks_between() { awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { t += $2 - a[$1] } END { print t + 0 }' "$1" "$2"; }
 proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }

@@ -147,6 +147,16 @@ common_relay_drain() {
 relay_pid=""
 common_stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 
+# CPU ticks (utime + stime) of the relay's PostgreSQL sessions in database DB, one "pid ticks"
+# line each: common_session_ticks ADMIN_DSN DB
+common_session_ticks() {
+    local pid
+    for pid in $("$COMMON_PG_BIN/psql" -X -At "$1" -c "SELECT pid FROM pg_stat_activity
+                 WHERE datname = '$2' AND application_name LIKE 'outbox-relay %'"); do
+        awk -v p="$pid" '{ print p, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true
+    done
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 common_bench() {

@@ -308,6 +308,13 @@ int64_t keep_audit_span(int64_t retained_ids, int retention_s, int period_ms)
     return span > KEEP_AUDIT_SPAN_MAX ? KEEP_AUDIT_SPAN_MAX : span > KEEP_AUDIT_SPAN ? (int64_t)span : KEEP_AUDIT_SPAN;
 }
 
+/* The span of partition p's next turn (and of its turn in flight: audit_ids changes only
+ * when that turn's answer comes) */
+static int64_t audit_span_of(const struct relay *r, int p)
+{
+    return keep_audit_span(r->keep.audit_ids[p], r->cfg->retention_seconds, r->cfg->watermark_audit_ms);
+}
+
 static void audit_ok(struct relay *r, PGresult *res)
 {
     if (PQntuples(res) != 1 || pg_int(PQgetvalue(res, 0, KEEP_AUDIT_HELD)) == 0)
@@ -326,7 +333,7 @@ static void audit_ok(struct relay *r, PGresult *res)
     /* the partition's next turn goes on from here (never below its lowest row), or from the
      * bottom once a pass reached W */
     int64_t w = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_W)), low = pg_int(PQgetvalue(res, 0, KEEP_AUDIT_LOW));
-    int64_t to = r->keep.audit_from[p] + r->keep.audit_span;
+    int64_t to = r->keep.audit_from[p] + audit_span_of(r, p);
     r->keep.audit_ids[p] = w - low + 1;
     if (to >= w) { /* a whole pass: from the partition's lowest row to W */
         r->m.keep_audit_passes_total++;
@@ -375,8 +382,7 @@ void keep_audit_send(struct relay *r)
     snprintf(from, sizeof(from), "%lld", (long long)r->keep.audit_from[p]);
     if (r->keep.audit_began_ms[p] == 0)
         r->keep.audit_began_ms[p] = mono_ms();
-    r->keep.audit_span = keep_audit_span(r->keep.audit_ids[p], r->cfg->retention_seconds, r->cfg->watermark_audit_ms);
-    snprintf(to, sizeof(to), "%lld", (long long)(r->keep.audit_from[p] + r->keep.audit_span));
+    snprintf(to, sizeof(to), "%lld", (long long)(r->keep.audit_from[p] + audit_span_of(r, p)));
     const char *params[5] = {key, part, "at or below the watermark but never recorded as published (the audit)",
                              from, to};
     worker_send(r, &audit_stmt, r->sql.keep_audit, 5, params);

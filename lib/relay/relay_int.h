@@ -142,7 +142,6 @@ struct keep_state {
     int64_t audit_ids[OUTBOX_LEASE_PARTITIONS];  /* W less the lowest row at its last turn */
     int64_t audit_began_ms[OUTBOX_LEASE_PARTITIONS]; /* when its pass began (0: not yet; -1: before the session) */
     int64_t audit_pass_ms[OUTBOX_LEASE_PARTITIONS];  /* how long its last whole pass took */
-    int64_t audit_span;     /* the ids of the turn in flight */
     /* Rows this relay recorded as published, above its floors: the claim skips them as it
      * skips rows in flight (a hashed list) instead of looking each up in the records. */
     int64_t *pub_id;
