@@ -21,8 +21,29 @@
 #define BOTTOM_TARGET_MS 300
 /* One partition in turn is read from the bottom every SAFETY_PASS_MS (64 s for all of
  * them), a safety net for rows put back below the floors by hand (an UPDATE to PENDING
- * instead of `outbox-relay requeue`). */
+ * instead of `outbox-relay requeue`) — but never more than a SAFETY_COST_SHARE-th of the
+ * worker session's time: the next pass waits SAFETY_COST_SHARE times as long as the claim
+ * that carried the last one took. A long transaction keeps the dead head of every
+ * partition, and reading one from the bottom once a second came to take most of the
+ * session: in delete mode at 3,000 events/s under a REPEATABLE READ reader, every claim
+ * carried a pass from t = 390 s (each took 3.5 s and more, so one was due every time), and
+ * they grew to 27 s and the statement timeout, 241,439 pending at most (bench/overlap.sh,
+ * PostgreSQL's log: every slow claim had exactly one partition from the bottom). */
 #define SAFETY_PASS_MS 1000
+#define SAFETY_COST_SHARE 20
+
+/* The claim that carried the safety pass has ended: the next pass waits at least
+ * SAFETY_COST_SHARE times as long as it took. */
+static void safety_pace(struct relay *r)
+{
+    if (!r->claim.fc_safety)
+        return;
+    r->claim.fc_safety = 0;
+    int64_t now = mono_ms();
+    int64_t paced = now + SAFETY_COST_SHARE * (now - r->claim.sent_ms);
+    if (paced > r->claim.safety_due_ms)
+        r->claim.safety_due_ms = paced;
+}
 
 static int claim_limit(const struct relay *r)
 {
@@ -119,6 +140,7 @@ static int claim_requeue_seen(struct relay *r, PGresult *res)
 
 void claim_result(struct relay *r, PGresult *res)
 {
+    safety_pace(r);
     r->m.claims_total++;
     if (r->claim.fc_bottom > 0) { /* partitions per claim from the bottom, for BOTTOM_TARGET_MS */
         int64_t per = (mono_ms() - r->claim.sent_ms) / r->claim.fc_bottom;
@@ -180,6 +202,7 @@ void claim_result(struct relay *r, PGresult *res)
 
 static void claim_fail(struct relay *r, PGresult *res)
 {
+    safety_pace(r);
     /* No answer at all: the worker session was dropped under the claim, as when a claim
      * that read partitions from the bottom outlasted the lease deadline. Read fewer of
      * them per claim from now on (a long transaction keeps the pending index's dead head). */
@@ -226,13 +249,16 @@ static void claim_partitions(struct relay *r, struct strbuf *parts, struct strbu
     fc->nparts = 0;
     r->claim.fc_bottom = 0;
     r->claim.fc_skipped = 0;
+    r->claim.fc_safety = 0;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++) {
         int p = (r->claim.bottom_next + i) % OUTBOX_LEASE_PARTITIONS;
         if (lease_state(r, p) != LEASE_ACTIVE)
             continue;
         int64_t from = r->claim.floors_on ? r->claim.floors.at[p] : 0;
-        if (p == safety && from_bottom > 0)
+        if (p == safety && from_bottom > 0) {
             from = 0;
+            r->claim.fc_safety = 1;
+        }
         if (from == 0) {
             if (from_bottom == 0) {
                 r->claim.fc_skipped = 1;

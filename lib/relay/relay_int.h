@@ -70,6 +70,7 @@ struct claim_state {
     int fc_bottom;             /* how many the claim in flight reads from the bottom */
     int fc_skipped;            /* it left out partitions that wait for their turn */
     int safety_next;           /* the next partition of the safety pass */
+    int fc_safety;             /* the claim in flight reads the safety pass's partition */
     int64_t safety_due_ms;     /* monotonic */
     long long requeued;        /* the doorbell's requeue count the last claim saw */
     int requeued_known;
