@@ -157,6 +157,11 @@ int64_t claim_floors_proven(const struct relay *r)
     return r->claim.floors.proven;
 }
 
+uint32_t claim_floors_epoch(const struct relay *r)
+{
+    return r->claim.floors.epoch;
+}
+
 int64_t claim_floor(const struct relay *r, int partition)
 {
     return r->claim.floors.at[partition];

@@ -9,11 +9,16 @@
 #include "core/util.h"
 
 #define STATS_INTERVAL_S 5.0
-/* The backlog statement reads the pending index from the bottom of every partition: while
- * a long transaction keeps its dead head from vacuum it grows slow, so it runs at most
- * once per STATS_COST_SHARE times its last duration (the long-transaction checks after it
- * keep their pace). */
+/* The backlog statement reads the pending index of every partition: while a long
+ * transaction keeps its dead head from vacuum a read from the bottom grows slow, so each
+ * kind (from the bounds, from the bottom) runs at most once per STATS_COST_SHARE times its
+ * last duration (the long-transaction checks after it keep their pace). */
 #define STATS_COST_SHARE 10
+/* The backlog statement reads each partition from a bound (monitor_heads_bounds), and from
+ * the bottom once a minute at most (and after anything that may put a row below a bound:
+ * the first statement of a session, a reset of the claim floors), for rows set back to
+ * PENDING by hand. */
+#define STATS_BOTTOM_MS 60000
 #define PURGE_INTERVAL_S 10.0
 #define PURGE_WINDOW 5000
 /* A retention cycle reads the table in id order from where the last one stopped: the first
@@ -39,6 +44,20 @@ struct monitor {
     int duplicates_done;
     int stats_due;
     int64_t stats_sent_ms, stats_next_ms; /* monotonic */
+    /* the backlog statement's bounds (non-keep layouts): each partition's first pending row
+     * at the last statement (0: none), whether they are known (a statement answered in this
+     * session), the proof when the statement in flight was sent and when the last one
+     * answered was, and when the next statement from the bottom may and must run (it is
+     * owed while the floors' epoch differs from the last bottom's) */
+    int64_t heads[OUTBOX_LEASE_PARTITIONS];
+    int heads_known;
+    int stats_bottom; /* the statement in flight reads from the bottom */
+    int64_t stats_sent_proven, heads_proven;
+    uint32_t stats_sent_epoch, bottom_epoch; /* the floors' epoch at its send, at the last bottom's */
+    int64_t bottom_min_ms, bottom_due_ms; /* STATS_COST_SHARE and STATS_BOTTOM_MS after it */
+    int stats_bottom_ms;                  /* STATS_BOTTOM_MS, or a test hook's */
+    int64_t (*proof)(void *ctx, uint32_t *epoch);
+    void *proof_ctx;
     int purge_due;
     int partitions_due; /* keep mode: the partitions' turn comes before the purge */
     int orphans_due;    /* keep mode: parked entries of rows that are gone, before the partitions */
@@ -112,7 +131,13 @@ static void stats_done(void *ctx, PGresult *res)
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
     int64_t now = mono_ms();
-    mon->stats_next_ms = now + (now - mon->stats_sent_ms) * (STATS_COST_SHARE - 1);
+    int64_t paced = now + (now - mon->stats_sent_ms) * (STATS_COST_SHARE - 1);
+    if (mon->stats_bottom) { /* its cost paces the next from the bottom, not the others */
+        mon->bottom_min_ms = paced;
+        mon->bottom_due_ms = paced > now + mon->stats_bottom_ms ? paced : now + mon->stats_bottom_ms;
+    } else {
+        mon->stats_next_ms = paced;
+    }
     if (pgconn_result_ok(res) && PQntuples(res) == 1) {
         struct metrics *m = mon->m;
         long long capped = (long long)num(res, 0);
@@ -123,11 +148,57 @@ static void stats_done(void *ctx, PGresult *res)
         m->oldest_pending_age_seconds = num(res, 2);
         m->failed_rows = (int64_t)num(res, 4);
         m->notify_queue_usage = num(res, 5);
+        /* the next statement's bounds; on a failure the last ones still hold */
+        if (!mon->cfg->keep && PQnfields(res) > 6 && !PQgetisnull(res, 0, 6) &&
+            monitor_parse_heads(PQgetvalue(res, 0, 6), mon->heads) == 0) {
+            mon->heads_known = 1;
+            mon->heads_proven = mon->stats_sent_proven;
+            if (mon->stats_bottom)
+                mon->bottom_epoch = mon->stats_sent_epoch;
+        }
     } else {
         failed(mon, "backlog statistics", res);
     }
     PQclear(res);
     send_long_tx(mon);
+}
+
+/* The backlog statement. Other than in keep mode each partition is read from its bound
+ * (monitor_heads_bounds), or from the bottom: the first in a session, then once a minute
+ * at most, sooner once the claim floors' epoch moved (a reset, a new worker session's
+ * proof; a requeue among the reasons, whose rows may lie below the bounds), never more
+ * often than its cost share allows; while it waits for that, the bounds serve if they can. */
+static void send_stats(struct monitor *mon)
+{
+    mon->stats_sent_ms = mono_ms();
+    char cap[16], bounds[OUTBOX_LEASE_PARTITIONS * 21 + 3] = "";
+    snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
+    const char *params[2] = {cap, bounds};
+    if (!mon->cfg->keep) {
+        int64_t now = mon->stats_sent_ms;
+        uint32_t epoch = 0;
+        mon->stats_sent_proven = mon->proof ? mon->proof(mon->proof_ctx, &epoch) : 0;
+        mon->stats_sent_epoch = epoch;
+        int bounded = mon->heads_known && mon->heads_proven > 0;
+        mon->stats_bottom = !bounded || epoch != mon->bottom_epoch || now >= mon->bottom_due_ms;
+        if (mon->stats_bottom && now < mon->bottom_min_ms) {
+            if (!bounded) { /* nothing to bound a read with, and the bottom's turn not come */
+                send_long_tx(mon);
+                return;
+            }
+            mon->stats_bottom = 0;
+        }
+        int64_t b[OUTBOX_LEASE_PARTITIONS];
+        monitor_heads_bounds(mon->heads, mon->heads_proven, mon->stats_bottom, b);
+        size_t used = (size_t)snprintf(bounds, sizeof(bounds), "{");
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && used < sizeof(bounds); p++)
+            used += (size_t)snprintf(bounds + used, sizeof(bounds) - used, "%s%lld", p ? "," : "", (long long)b[p]);
+        if (used < sizeof(bounds))
+            snprintf(bounds + used, sizeof(bounds) - used, "}");
+    }
+    int n = mon->cfg->keep ? 1 : 2;
+    if (pgconn_query_prepared(mon->conn, mon->sql->stats, n, params, stats_done, mon) == 0)
+        mon->step = STEP_STATS;
 }
 
 static void long_tx_done(void *ctx, PGresult *res)
@@ -365,12 +436,7 @@ static void next(struct monitor *mon)
             send_long_tx(mon);
             return;
         }
-        mon->stats_sent_ms = mono_ms();
-        char cap[16];
-        snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
-        const char *params[1] = {cap};
-        if (pgconn_query_prepared(mon->conn, mon->sql->stats, 1, params, stats_done, mon) == 0)
-            mon->step = STEP_STATS;
+        send_stats(mon);
         return;
     }
     if (mon->orphans_due && mon->sql->orphans) {
@@ -427,6 +493,7 @@ static void monitor_ready(void *ctx)
 {
     struct monitor *mon = ctx;
     mon->step = STEP_IDLE;
+    mon->heads_known = 0; /* perhaps another server: the next backlog statement from the bottom */
     mon->stats_due = 1;
     next(mon);
 }
@@ -447,10 +514,14 @@ struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
     mon->sql = sql;
     mon->m = m;
     mon->purge_bottom_every = PURGE_BOTTOM_EVERY;
+    mon->stats_bottom_ms = STATS_BOTTOM_MS;
 #ifdef OUTBOX_TEST_HOOKS
     const char *hook = getenv("OUTBOX_TESTHOOK_PURGE_BOTTOM_EVERY");
     if (hook && atoi(hook) > 0)
         mon->purge_bottom_every = atoi(hook);
+    hook = getenv("OUTBOX_TESTHOOK_STATS_BOTTOM_MS");
+    if (hook && atoi(hook) > 0)
+        mon->stats_bottom_ms = atoi(hook);
 #endif
     /* JIT off, as on the worker session: the backlog's statement in keep mode (a lateral over
      * the 64 lease partitions) costs more than jit_above_cost, and PostgreSQL spent 87 ms of a
@@ -467,6 +538,12 @@ struct monitor *monitor_new(struct ev_loop *loop, const struct config *cfg,
     ev_timer_init(&mon->purge_timer, purge_timer_cb, 1.0, PURGE_INTERVAL_S);
     mon->purge_timer.data = mon;
     return mon;
+}
+
+void monitor_set_proof(struct monitor *mon, int64_t (*proof)(void *ctx, uint32_t *epoch), void *ctx)
+{
+    mon->proof = proof;
+    mon->proof_ctx = ctx;
 }
 
 void monitor_start(struct monitor *mon)

@@ -191,6 +191,15 @@ void relay_shutdown(struct relay *r)
 
 /* ---- life cycle ---------------------------------------------------------------- */
 
+/* The monitor's view of the floors' proof (monitor_set_proof): none while the worker
+ * session is down (a new one may be on another server, and starts the proof over). */
+static int64_t relay_proof(void *ctx, uint32_t *epoch)
+{
+    const struct relay *r = ctx;
+    *epoch = claim_floors_epoch(r);
+    return pgconn_connected(r->worker) ? claim_floors_proven(r) : 0;
+}
+
 struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *err, size_t errlen)
 {
     struct relay *r = xcalloc(1, sizeof(*r));
@@ -245,6 +254,7 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
             pgconn_set_dsn_file(r->listener, cfg->pg_dsn_file, "OUTBOX_PG_DSN_FILE");
     }
     r->monitor = monitor_new(loop, cfg, &r->sql, &r->m);
+    monitor_set_proof(r->monitor, relay_proof, r);
     r->fail_log.every_ms = 60000;
 
 #ifdef OUTBOX_TEST_HOOKS

@@ -362,6 +362,7 @@ void mark_send(struct relay *r);
 /* claim_rows.c: the claim's side every file may call (it calls none). */
 /* The floors' proof, and a partition's floor (0: its next claim reads from the bottom). */
 int64_t claim_floors_proven(const struct relay *r);
+uint32_t claim_floors_epoch(const struct relay *r);
 int64_t claim_floor(const struct relay *r, int partition);
 /* The claim given back: its rows not produced stay PENDING (below the floors, so the next
  * claim reads from the bottom). */
