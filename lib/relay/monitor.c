@@ -171,9 +171,10 @@ static void stats_done(void *ctx, PGresult *res)
 static void send_stats(struct monitor *mon)
 {
     mon->stats_sent_ms = mono_ms();
-    char cap[16], bounds[OUTBOX_LEASE_PARTITIONS * 21 + 3] = "";
+    char cap[16];
     snprintf(cap, sizeof(cap), "%d", MONITOR_COUNT_CAP);
-    const char *params[2] = {cap, bounds};
+    struct strbuf bounds;
+    strbuf_init(&bounds);
     if (!mon->cfg->keep) {
         int64_t now = mon->stats_sent_ms;
         uint32_t epoch = 0;
@@ -183,6 +184,7 @@ static void send_stats(struct monitor *mon)
         mon->stats_bottom = !bounded || epoch != mon->bottom_epoch || now >= mon->bottom_due_ms;
         if (mon->stats_bottom && now < mon->bottom_min_ms) {
             if (!bounded) { /* nothing to bound a read with, and the bottom's turn not come */
+                strbuf_destroy(&bounds);
                 send_long_tx(mon);
                 return;
             }
@@ -190,15 +192,16 @@ static void send_stats(struct monitor *mon)
         }
         int64_t b[OUTBOX_LEASE_PARTITIONS];
         monitor_heads_bounds(mon->heads, mon->heads_proven, mon->stats_bottom, b);
-        size_t used = (size_t)snprintf(bounds, sizeof(bounds), "{");
-        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && used < sizeof(bounds); p++)
-            used += (size_t)snprintf(bounds + used, sizeof(bounds) - used, "%s%lld", p ? "," : "", (long long)b[p]);
-        if (used < sizeof(bounds))
-            snprintf(bounds + used, sizeof(bounds) - used, "}");
+        pgarray_open(&bounds);
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+            pgarray_int(&bounds, b[p]);
+        pgarray_close(&bounds);
     }
+    const char *params[2] = {cap, bounds.buf};
     int n = mon->cfg->keep ? 1 : 2;
     if (pgconn_query_prepared(mon->conn, mon->sql->stats, n, params, stats_done, mon) == 0)
         mon->step = STEP_STATS;
+    strbuf_destroy(&bounds);
 }
 
 static void long_tx_done(void *ctx, PGresult *res)
