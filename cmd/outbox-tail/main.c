@@ -2,7 +2,9 @@
  * every partition, and for a CloudEvents binary-mode message (a ce_specversion header) a
  * second line with its attributes. For the demo and for operators checking what the relay
  * publishes.
- *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]
+ *   outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning] [--read-uncommitted]
+ * Kafka messages are read as a read_committed consumer sees them (aborted transactions'
+ * messages left out, an open transaction's held back); --read-uncommitted shows them all.
  *   outbox-tail --rabbitmq URL [--exchange NAME] --topic KEY
  * With RabbitMQ it binds a queue of its own (exclusive: gone when it exits; it takes no
  * message from anyone else's queue) to the exchange (default outbox) with the binding key KEY
@@ -121,6 +123,7 @@ out:
 int main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topic = NULL, *rabbitmq = NULL, *exchange = "outbox";
+    const char *isolation = "read_committed";
     int from_beginning = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bootstrap") && i + 1 < argc)
@@ -133,8 +136,11 @@ int main(int argc, char **argv)
             topic = argv[++i];
         else if (!strcmp(argv[i], "--from-beginning"))
             from_beginning = 1;
+        else if (!strcmp(argv[i], "--read-uncommitted"))
+            isolation = "read_uncommitted";
         else {
-            fprintf(stderr, "usage: outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning]\n"
+            fprintf(stderr, "usage: outbox-tail --bootstrap HOST:PORT --topic NAME [--from-beginning] "
+                            "[--read-uncommitted]\n"
                             "       outbox-tail --rabbitmq URL [--exchange NAME] --topic KEY\n");
             return 2;
         }
@@ -151,7 +157,7 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     char err[512];
-    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-tail", 0, err, sizeof(err));
+    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-tail", 0, isolation, err, sizeof(err));
     if (!rk) {
         fprintf(stderr, "outbox-tail: %s\n", err);
         return 2;

@@ -54,7 +54,7 @@ static void on_fatal(void *ctx, const char *reason)
     log_error("replay: fatal producer error: %s", reason);
 }
 
-static const struct sink_callbacks replay_callbacks = {on_delivery, on_fatal, NULL};
+static const struct sink_callbacks replay_callbacks = {on_delivery, on_fatal, NULL, NULL};
 
 static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -275,6 +275,7 @@ int replay_run(PGconn *conn, const struct config *cfg, const struct command *cmd
     if (!cmd->dry_run) {
         rp.loop = ev_loop_new(EVFLAG_AUTO);
         config_sink(cfg, &rp.sink_cfg);
+        rp.sink_cfg.transactional_id = NULL; /* a replay publishes again on purpose, outside transactions */
         if (!(rp.sk = sink_new(rp.loop, &rp.sink_cfg, &replay_callbacks, &rp, err, errlen)))
             goto out;
     }

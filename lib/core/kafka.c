@@ -141,11 +141,12 @@ int kafka_wait_assign_all(rd_kafka_t *rk, const char *topic, int64_t offset, int
     return n;
 }
 
-rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,
-                             size_t errlen)
+rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof,
+                             const char *isolation, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, errlen) ||
+        (isolation && rd_kafka_conf_set(conf, "isolation.level", isolation, err, errlen)) ||
         rd_kafka_conf_set(conf, "group.id", group, err, errlen) ||
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, errlen) ||
         rd_kafka_conf_set(conf, "enable.partition.eof", partition_eof ? "true" : "false", err, errlen)) {

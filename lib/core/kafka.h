@@ -24,10 +24,11 @@ const char *kafka_auth_hint(const rd_kafka_conf_t *conf);
  * with a SCRAM mechanism, that Kafka 4.x brokers will refuse the login. */
 void kafka_warn_old_scram(const rd_kafka_conf_t *conf);
 /* A consumer of the tools (outbox-tail, the tests' outbox-check) that assigns partitions
- * itself and commits nothing: bootstrap servers, a group id, and whether it reports each
- * partition's end. NULL with err on failure. */
-rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof, char *err,
-                             size_t errlen);
+ * itself and commits nothing: bootstrap servers, a group id, whether it reports each
+ * partition's end, and its isolation.level (NULL: librdkafka's read_committed). NULL with err
+ * on failure. */
+rd_kafka_t *kafka_reader_new(const char *bootstrap, const char *group, int partition_eof,
+                             const char *isolation, char *err, size_t errlen);
 /* The number of partitions of topic, from one metadata request (timeout_ms); -1 with err when
  * the request fails or the broker does not know the topic. */
 int kafka_topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err, size_t errlen);

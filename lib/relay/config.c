@@ -143,6 +143,24 @@ static const struct setting settings[] = {
      OFF(rabbitmq_max_message_bytes), "16777216", 1024, 536870912, NULL,
      "rabbitmq sink: rows with a larger payload are parked before publishing (set it to the "
      "broker's max_message_size; a larger message would close the channel)"},
+    {"OUTBOX_EXACTLY_ONCE", "exactly-once", SETTING_INT, OFF(exactly_once), "0", 0, 1, NULL,
+     "1: exactly-once into Kafka: each group of messages goes in a Kafka transaction with a "
+     "progress record, rows are recorded only after its commit, and a relay that takes the "
+     "table over fences the older producer and records what it committed before it claims; "
+     "consumers read with isolation.level=read_committed. One relay of the table publishes at "
+     "a time (the others wait). Kafka sink, native layout, mark and delete modes "
+     "(docs/EXACTLY_ONCE.md)"},
+    {"OUTBOX_TRANSACTIONAL_ID_PREFIX", "transactional-id-prefix", SETTING_STRING,
+     OFF(transactional_id_prefix), "", 0, 0, config_check_relay_name,
+     "exactly-once (required there): a name for this database, unique among everything that "
+     "uses transactions on the Kafka cluster and the same on every relay of the table (the "
+     "service's name, say): the producer's transactional.id is it, the table and .g0 "
+     "(orders.public.outbox.g0), so that Kafka fences an older relay of the table and no one else, "
+     "and the table's key in the progress topic"},
+    {"OUTBOX_PROGRESS_TOPIC", "progress-topic", SETTING_STRING, OFF(progress_topic),
+     "outbox-relay.progress", 0, 0, config_check_optional_topic,
+     "exactly-once: the compacted topic of progress records (created with cleanup.policy=compact "
+     "when missing), keyed by table"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      config_check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
@@ -309,6 +327,19 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
         return set_err(err, errlen, "OUTBOX_RABBITMQ_CERT_FILE and OUTBOX_RABBITMQ_KEY_FILE: give both or neither");
     if (strcmp(cfg->sink, "rabbitmq") != 0 && cfg->rabbitmq_url[0])
         return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: applies only with OUTBOX_SINK=rabbitmq");
+    if (cfg->exactly_once && (cfg->rabbitmq || cfg->keep || cfg->debezium))
+        return set_err(err, errlen, "OUTBOX_EXACTLY_ONCE: %s", cfg->rabbitmq
+                       ? "Kafka's only: RabbitMQ has no transactions across publishes; its consumers "
+                         "remove duplicates with outbox-inbox (docs/EXACTLY_ONCE.md)"
+                       : cfg->keep ? "not yet in keep mode; use OUTBOX_ON_SENT=mark or delete"
+                       : "the native layout's only for now (OUTBOX_LAYOUT=native)");
+    if (cfg->exactly_once && !cfg->transactional_id_prefix[0])
+        return set_err(err, errlen, "OUTBOX_TRANSACTIONAL_ID_PREFIX: required with OUTBOX_EXACTLY_ONCE=1: a "
+                       "name for this database, unique among the Kafka cluster's transactional "
+                       "producers and the same on every relay of the table (two tables named %s "
+                       "in two databases would fence each other with one id)", cfg->table);
+    if (cfg->exactly_once && !cfg->progress_topic[0])
+        return set_err(err, errlen, "OUTBOX_PROGRESS_TOPIC: required with OUTBOX_EXACTLY_ONCE=1");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -340,6 +371,9 @@ static void derive(struct config *cfg)
         free(cfg->table);
         cfg->table = full;
     }
+    /* exactly-once: one transaction group, the whole table (the id moves with its leases) */
+    cfg->transactional_id = xasprintf("%s.%s.g0", cfg->transactional_id_prefix, cfg->table);
+    cfg->progress_key = xstrdup(cfg->transactional_id);
     log_level_parse(cfg->log_level_name, &cfg->log_level);
     log_format_parse(cfg->log_format_name, &cfg->log_format);
 }
@@ -375,6 +409,8 @@ int config_load(struct config *cfg, struct command *cmd, char **envp, int argc, 
 
 void config_destroy(struct config *cfg)
 {
+    free(cfg->progress_key);
+    free(cfg->transactional_id);
     settings_free(&spec, cfg);
 }
 
@@ -442,5 +478,9 @@ void config_sink(const struct config *cfg, struct sink_config *out)
         .rabbitmq_confirm_timeout_ms = cfg->rabbitmq_confirm_timeout_ms,
         .rabbitmq_max_message_bytes = cfg->rabbitmq_max_message_bytes,
         .rabbitmq_strict_key_order = cfg->rabbitmq_strict_key_order,
+        .transactional_id = cfg->exactly_once ? cfg->transactional_id : NULL,
+        .progress_topic = cfg->progress_topic,
+        .progress_key = cfg->progress_key,
+        .transaction_timeout_ms = cfg->lease_timeout_ms,
     };
 }

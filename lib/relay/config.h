@@ -44,6 +44,11 @@ struct config {
     int topic_pause_ms;
     int lease_timeout_ms;
     int watermark_audit_ms; /* keep mode: the audit of rows below the watermarks, per round */
+    int exactly_once;  /* OUTBOX_EXACTLY_ONCE: Kafka transactions with a progress record */
+    char *transactional_id_prefix;
+    char *progress_topic;
+    char *transactional_id; /* derived: prefix.schema.table.g0 */
+    char *progress_key;     /* derived: the table's key in the progress topic (its transactional.id) */
     char *sink;        /* "kafka" (default) or "rabbitmq" */
     int rabbitmq;      /* sink is "rabbitmq" */
     char *rabbitmq_url;

@@ -104,7 +104,7 @@ static int send_lease_log(struct relay *r)
 static void lease_acquire_ok(struct relay *r, PGresult *res)
 {
     int64_t now = mono_ms(), wall = wall_ms();
-    int got = 0, takeovers = 0;
+    int got = 0, takeovers = 0, got_first = 0;
     for (int i = 0; i < PQntuples(res); i++) {
         int p = atoi(PQgetvalue(res, i, LEASE_ACQUIRE_PARTITION));
         if (strcmp(PQgetvalue(res, i, LEASE_ACQUIRE_GOT), "t") != 0 || p < 0 || p >= OUTBOX_LEASE_PARTITIONS)
@@ -123,6 +123,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
         r->lease.part[p].publish_from_ms = now + wait;
         log_lease(r, p, "acquired", wall + wait, 0);
         got++;
+        got_first |= p == 0;
         takeovers += !clean;
     }
     if (got) {
@@ -132,6 +133,10 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
                  got, takeovers, (long long)(takeovers ? r->lease.grace_ms : 0),
                  lease_count_held(r->lease.part), OUTBOX_LEASE_PARTITIONS, r->lease.relays);
         claim_want(r);
+        if (r->cfg->exactly_once && got_first && lease_count_held(r->lease.part) < OUTBOX_LEASE_PARTITIONS) {
+            r->lease.due = 1; /* the group's first partition taken: the others at once */
+            relay_want_kick(r);
+        }
     }
 }
 
@@ -213,8 +218,11 @@ static void lease_scan_ok(struct relay *r, PGresult *res)
     struct strbuf parts;
     strbuf_init(&parts);
     int handback = 0;
+    /* exactly-once: the table is one transaction group, held whole by one relay */
+    int eos = r->cfg->exactly_once;
     int n = lease_decide(r->lease.part, locked, foreign, r->lease.unowned_before,
-                         lease_balance_target(relays), &parts, &handback);
+                         eos ? OUTBOX_LEASE_PARTITIONS : lease_balance_target(relays),
+                         eos ? OUTBOX_LEASE_PARTITIONS : 1, &parts, &handback);
     if (handback) {
         /* give back the highest partitions: stop claiming them, release once drained */
         lease_pick_handback(r->lease.part, handback);

@@ -38,9 +38,12 @@ int lease_pick_acquire(const struct lease *leases, const int *locked, int want, 
  * hold (this one included); foreign: partitions other sessions hold. Liveness before
  * balance: a partition that no session held at this scan and at the previous one
  * (unowned_before, updated here) is taken whatever the target; partitions are handed back
- * only while every partition is held. */
+ * only while every partition is held. group: partitions that move together (1: each alone;
+ * exactly-once: all of them), whose first is taken before the others and by whoever takes
+ * the others. */
 int lease_decide(const struct lease *leases, const int *locked, const int *foreign,
-                 unsigned char *unowned_before, int target, struct strbuf *acquire, int *handback);
+                 unsigned char *unowned_before, int target, int group, struct strbuf *acquire,
+                 int *handback);
 /* Moves the give highest held partitions to DRAINING; returns how many. */
 int lease_pick_handback(struct lease *leases, int give);
 /* GRACE partitions whose time has come become ACTIVE; appends the ACTIVE set as an int2[]

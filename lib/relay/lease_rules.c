@@ -55,23 +55,31 @@ int lease_pick_acquire(const struct lease *leases, const int *locked, int want, 
     return n;
 }
 
+static int held_state(enum lease_state s)
+{
+    return s == LEASE_GRACE || s == LEASE_ACTIVE;
+}
+
 int lease_decide(const struct lease *leases, const int *locked, const int *foreign,
-                 unsigned char *unowned_before, int target, struct strbuf *acquire, int *handback)
+                 unsigned char *unowned_before, int target, int group, struct strbuf *acquire,
+                 int *handback)
 {
     int held = lease_count_held(leases), want = target - held, n = 0, any_free = 0;
-    unsigned char free_now[OUTBOX_LEASE_PARTITIONS];
+    unsigned char free_now[OUTBOX_LEASE_PARTITIONS], may[OUTBOX_LEASE_PARTITIONS];
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) {
         free_now[p] = !locked[p] && !foreign[p] && leases[p].state == LEASE_FREE;
         any_free |= free_now[p];
+        /* a group's other partitions only to the relay that holds its first */
+        may[p] = free_now[p] && (group <= 1 || p % group == 0 || held_state(leases[p - p % group].state));
     }
     pgarray_open(acquire);
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) /* liveness: long-unowned ones */
-        if (free_now[p] && unowned_before[p]) {
+        if (may[p] && unowned_before[p]) {
             pgarray_int(acquire, p);
             n++;
         }
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && n < want; p++) /* balance: up to the target */
-        if (free_now[p] && !unowned_before[p]) {
+        if (may[p] && !unowned_before[p]) {
             pgarray_int(acquire, p);
             n++;
         }

@@ -98,6 +98,18 @@ static void sql_rows(struct outbox_sql *sql, const struct config *cfg, const str
                   " SELECT count(*) FROM m", n->schema_q, n->name);
     sql->mark = sb.buf;
 
+    /* Exactly-once: rows the progress record says were committed to Kafka, recorded if the
+     * row with that id is still the one published (same event id) and still PENDING. */
+    if (cfg->on_sent && strcmp(cfg->on_sent, "delete") == 0)
+        sql->recover = xasprintf("WITH m AS (DELETE FROM %s t USING unnest($1::int8[], $2::text[]) AS u(id, event_id)"
+            "  WHERE t.id = u.id AND t.event_id::text = u.event_id AND (t.status || '') = 'PENDING' RETURNING 1)"
+            " SELECT count(*) FROM m", n->t);
+    else
+        sql->recover = xasprintf("WITH m AS (UPDATE %s t SET status = 'SENT', sent_at = clock_timestamp()"
+            "  FROM unnest($1::int8[], $2::text[]) AS u(id, event_id)"
+            "  WHERE t.id = u.id AND t.event_id::text = u.event_id AND (t.status || '') = 'PENDING' RETURNING 1)"
+            " SELECT count(*) FROM m", n->t);
+
     sql->park = xasprintf("UPDATE %s SET status = 'FAILED', attempts = attempts + 1, last_error = $2 "
         "WHERE id = $1::int8 AND " BY_ID_PENDING, n->t);
 
@@ -405,7 +417,8 @@ void outbox_sql_destroy(struct outbox_sql *sql)
                     &sql->orphans,
                     &sql->duplicates, &sql->topic_expr, &sql->lease_scan, &sql->lease_acquire,
                     &sql->lease_release, &sql->lease_log, &sql->worker_setup, &sql->listen_setup,
-                    &sql->placement_types, &sql->keep_advance, &sql->keep_check, &sql->keep_audit};
+                    &sql->placement_types, &sql->keep_advance, &sql->keep_check, &sql->keep_audit,
+                    &sql->recover};
     for (size_t i = 0; i < ARRAY_LEN(all); i++) {
         free(*all[i]);
         *all[i] = NULL;

@@ -187,4 +187,10 @@ static void on_partitions(void *ctx, const char *topic, int count)
     kshare_set_count(&r->kshare, topic, count);
 }
 
-const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal, on_partitions};
+static void on_recovered(void *ctx, uint64_t epoch, const int64_t *ids, char *const *event_ids,
+                         size_t n, const char *err)
+{
+    eos_on_recovered(ctx, epoch, ids, event_ids, n, err);
+}
+
+const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal, on_partitions, on_recovered};

@@ -23,6 +23,10 @@ static void mark_ok(struct relay *r, PGresult *res)
         keep_mark_result(r, res);
         keep_published(r, res);
     }
+    if (r->cfg->exactly_once) /* recorded: they leave the next progress records */
+        for (size_t i = 0; i < r->win.n; i++)
+            if (r->win.rows[i].state == ROW_MARKING)
+                sink_txn_recorded(r->sink, r->win.rows[i].id);
     size_t n = window_remove_state(&r->win, ROW_MARKING);
     r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);
@@ -93,6 +97,13 @@ void mark_send(struct relay *r)
         window_move(&r->win, ROW_MARKING, ROW_ACKED);
         r->record.acked_since_ms = 1;
     }
+#ifdef OUTBOX_TEST_HOOKS
+    else if (r->test_kill_after_mark_sent_after > 0 &&
+             r->m.published_total >= (uint64_t)r->test_kill_after_mark_sent_after) {
+        log_warn("test hook: SIGKILL while recording %zu rows", r->win.n_state[ROW_MARKING]);
+        kill(getpid(), SIGKILL);
+    }
+#endif
     strbuf_destroy(&ids);
     strbuf_destroy(&parts);
 }

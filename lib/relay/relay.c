@@ -29,6 +29,13 @@ static void log_resumed(const char *topic)
     log_info("relay: topic %s resumes (trying again)", topic);
 }
 
+/* A claim is due, and (exactly-once) the producer has fenced older ones and its progress
+ * record is recorded (eos.c). */
+static int claim_go(const struct relay *r)
+{
+    return claim_ready(r) && eos_claims_allowed(r);
+}
+
 static void kick(struct relay *r)
 {
     if (r->mode == MODE_DONE)
@@ -36,6 +43,7 @@ static void kick(struct relay *r)
     lease_check_deadline(r);
     sink_poll(r->sink);
     produce_claimed(r);
+    eos_tick(r);
     if (r->mode == MODE_RESETTING)
         reset_advance(r);
     if (r->mode == MODE_DRAINING && drained(r)) {
@@ -58,7 +66,9 @@ static void kick(struct relay *r)
         poison_send_update(r);
     } else if (lease_send_next(r) == 0) {
         /* lease log, release or scan */
-    } else if (mark_due(r) && !(r->last_was_mark && claim_ready(r))) {
+    } else if (eos_recover_due(r)) {
+        eos_recover_send(r); /* before any claim of this producer session */
+    } else if (mark_due(r) && !(r->last_was_mark && claim_go(r))) {
         /* Marks and claims alternate while both are wanted, so that acknowledgements
          * arriving in small groups cannot starve claiming (and the in-flight window
          * stays full while Kafka works). */
@@ -75,14 +85,14 @@ static void kick(struct relay *r)
         doorbell_send_arm(r);
     } else if (floor_probe_due(r)) {
         floor_probe_send(r);
-    } else if (keep_audit_due(r) && !(r->audit_last && claim_ready(r))) {
+    } else if (keep_audit_due(r) && !(r->audit_last && claim_go(r))) {
         /* The audit's turns are due every OUTBOX_WATERMARK_AUDIT_MS / 256 (0 ms at its
          * lowest setting) and may take longer than that: audit turns and claims alternate
          * while both are wanted, as marks and claims do, and the probe goes first (before,
          * a due audit starved both: no claim went and W stopped). */
         r->audit_last = 1;
         keep_audit_send(r);
-    } else if (claim_ready(r)) {
+    } else if (claim_go(r)) {
         r->last_was_mark = 0;
         r->audit_last = 0;
         claim_send(r);
@@ -260,6 +270,8 @@ struct relay *relay_new(struct ev_loop *loop, const struct config *cfg, char *er
 #ifdef OUTBOX_TEST_HOOKS
     const char *hook = getenv("OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER");
     r->test_kill_before_mark_after = hook ? atoll(hook) : 0;
+    hook = getenv("OUTBOX_TESTHOOK_KILL_AFTER_MARK_SENT_AFTER");
+    r->test_kill_after_mark_sent_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER");
     r->test_fatal_after = hook ? atoll(hook) : 0;
     hook = getenv("OUTBOX_TESTHOOK_FATAL_AFTER_DEAD_LETTER");
@@ -320,6 +332,7 @@ void relay_free(struct relay *r)
     kshare_destroy(&r->kshare);
     claim_destroy(r);
     keep_destroy(r);
+    eos_destroy(r);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

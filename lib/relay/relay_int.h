@@ -155,6 +155,18 @@ struct keep_state {
     int64_t save_due_ms;
 };
 
+/* Written by eos.c: exactly-once (OUTBOX_EXACTLY_ONCE). */
+struct eos_state {
+    uint64_t ready_epoch;   /* the producer session whose progress record is recorded: claims go */
+    uint64_t pending_epoch; /* a progress record's rows to record (below), for this session */
+    int64_t *ids;
+    char **event_ids;
+    size_t n;
+    int opening;            /* the sink fences and reads; on_recovered follows */
+    int64_t open_sent_ms, open_due_ms; /* monotonic */
+    struct log_limit wait_log;
+};
+
 /* lease.c: a lease log row not yet written. */
 struct lease_event {
     int partition;
@@ -223,6 +235,7 @@ struct relay {
     struct lease_set lease;
     struct report_state report;
     struct keep_state keep;
+    struct eos_state eos;
 
     const struct worker_stmt *stmt; /* the worker statement in flight, or NULL (worker.c) */
     int64_t stmt_sent_ms;           /* monotonic */
@@ -263,6 +276,7 @@ struct relay {
 
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_mark_after; /* SIGKILL self once this many rows were acked */
+    long long test_kill_after_mark_sent_after; /* ... right after sending a mark (it may commit or not) */
     long long test_fatal_after;            /* raise a fatal producer error after this many acks */
     long long test_fatal_after_dead_letter; /* a fatal producer error once the Nth dead-letter copy is queued */
     long long test_send_fail_after;        /* once this many were acked, a worker send fails */
@@ -457,6 +471,16 @@ void lease_check_deadline(struct relay *r);
 int lease_send_next(struct relay *r); /* 0 if a lease statement was sent, -1 if none */
 void lease_drain_all(struct relay *r);
 int lease_all_released(const struct relay *r);
+
+/* eos.c */
+int eos_claims_allowed(const struct relay *r);
+/* Asks the sink to fence and read the progress record once this relay holds the table. */
+void eos_tick(struct relay *r);
+void eos_on_recovered(struct relay *r, uint64_t epoch, const int64_t *ids, char *const *event_ids,
+                      size_t n, const char *err);
+int eos_recover_due(const struct relay *r);
+void eos_recover_send(struct relay *r);
+void eos_destroy(struct relay *r);
 
 /* status.c */
 void status_init(struct relay *r);

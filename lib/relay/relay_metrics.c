@@ -74,6 +74,19 @@ static const struct counter_def {
      offsetof(struct metrics, lease_takeovers_total)},
     {"outbox_lease_lost_total", "Partitions lost with the PostgreSQL session or deadline.",
      offsetof(struct metrics, lease_lost_total)},
+    {"outbox_transactions_committed_total",
+     "OUTBOX_EXACTLY_ONCE: Kafka transactions committed (their rows are recorded after).",
+     offsetof(struct metrics, eos_committed_total)},
+    {"outbox_transactions_aborted_total",
+     "OUTBOX_EXACTLY_ONCE: Kafka transactions aborted (a message failed; their rows go again).",
+     offsetof(struct metrics, eos_aborted_total)},
+    {"outbox_producers_fenced_total",
+     "OUTBOX_EXACTLY_ONCE: times a newer producer of the table's transactional.id fenced this relay's.",
+     offsetof(struct metrics, eos_fenced_total)},
+    {"outbox_progress_recovered_total",
+     "OUTBOX_EXACTLY_ONCE: rows recorded from the progress record on taking the table over (committed "
+     "to Kafka by an earlier producer, not recorded in PostgreSQL; not published again).",
+     offsetof(struct metrics, eos_recovered_total)},
     {"outbox_watermark_gaps_total",
      "OUTBOX_ON_SENT=keep: rows the audit or retention found at or below a watermark that were never "
      "recorded as published (then published): 0 unless a writer broke the rule or the proof failed; alert on any.",
@@ -200,6 +213,15 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
                   "OUTBOX_ON_SENT=keep: the longest of the last whole audit passes of the lease partitions "
                   "this relay holds (paced to end within a quarter of OUTBOX_RETENTION; 0 before the first).",
                   m->keep_audit_pass_seconds);
+    metrics_gauge(o, "outbox_transaction_open_seconds",
+                  "OUTBOX_EXACTLY_ONCE: age of the open Kafka transaction (0: none); read_committed "
+                  "consumers of the partitions it wrote wait for it.", m->eos_open_seconds);
+    metrics_gauge(o, "outbox_transaction_commit_seconds_total",
+                  "OUTBOX_EXACTLY_ONCE: time spent committing transactions (divided by "
+                  "outbox_transactions_committed_total: the mean commit latency).", m->eos_commit_seconds_total);
+    metrics_gauge(o, "outbox_transaction_fence_seconds",
+                  "OUTBOX_EXACTLY_ONCE: how long the last fence of older producers and read of the "
+                  "progress record took (claims wait for it).", (double)m->eos_fence_ms / 1000.0);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",

@@ -39,6 +39,13 @@ struct metrics {
     uint64_t share_held_back_total; /* rows left PENDING: their Kafka partition held its share */
     uint64_t lease_takeovers_total;
     uint64_t lease_lost_total;
+    uint64_t eos_committed_total;   /* exactly-once: transactions committed */
+    uint64_t eos_aborted_total;     /* exactly-once: transactions aborted (their rows went again) */
+    uint64_t eos_fenced_total;      /* exactly-once: times this relay's producer was fenced */
+    uint64_t eos_recovered_total;   /* exactly-once: rows recorded from progress records */
+    double eos_commit_seconds_total; /* exactly-once: time spent committing */
+    double eos_open_seconds;        /* exactly-once: age of the open transaction (0: none) */
+    int64_t eos_fence_ms;           /* exactly-once: the last fence and progress read took */
     uint64_t keep_advances_total;   /* keep mode: watermarks moved */
     uint64_t keep_gaps_total;       /* keep mode: rows the audit found below W, never published */
     uint64_t keep_audited_total;    /* keep mode: partitions audited */

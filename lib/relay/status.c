@@ -125,6 +125,13 @@ static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
     m->kafka_brokers_up = sink_brokers_up(r->sink);
     m->topic_partition_changes_total = sink_partition_changes(r->sink);
     m->unconfirmed_deliveries_total = sink_unconfirmed(r->sink);
+    struct sink_txn_stats ts;
+    sink_txn_stats(r->sink, &ts);
+    m->eos_committed_total = ts.committed;
+    m->eos_aborted_total = ts.aborted;
+    m->eos_fenced_total = ts.fenced;
+    m->eos_commit_seconds_total = (double)ts.commit_ms_sum / 1000.0;
+    m->eos_open_seconds = ts.open_since_ms ? (double)(mono_ms() - ts.open_since_ms) / 1000.0 : 0.0;
     m->n_paused_topics = r->paused.n < METRICS_MAX_PAUSED ? r->paused.n : METRICS_MAX_PAUSED;
     for (size_t i = 0; i < m->n_paused_topics; i++)
         snprintf(m->paused_topics[i], sizeof(m->paused_topics[i]), "%s", r->paused.topic[i].name);

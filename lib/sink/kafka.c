@@ -1,7 +1,5 @@
 /* The Kafka sink (kafka.h): an idempotent librdkafka producer on the libev loop. */
-#include "sink/kafka.h"
-
-#include <jansson.h>
+#include "sink/kafka_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,30 +10,6 @@
 #include "core/kafka.h"
 #include "core/log.h"
 #include "core/util.h"
-
-struct kafka_sink {
-    struct sink base; /* first: a struct sink * is a struct kafka_sink * */
-    struct ev_loop *loop;
-    const struct sink_config *cfg;
-    struct sink_callbacks cb;
-    void *ctx;
-    rd_kafka_t *rk;
-    int wake[2]; /* librdkafka writes to wake[1] when the main queue becomes non-empty */
-    ev_io wake_io;
-    int brokers_down;
-    int brokers_up; /* from the last statistics report; -1 before the first */
-    struct topic_parts *parts; /* partition count of each topic produced to, as first seen */
-    size_t n_parts;
-    uint64_t partition_changes;
-    long long max_message_bytes; /* the producer's message.max.bytes, read when it is made */
-    int fatal_reported;
-    char *secrets_seen; /* the file-read Kafka properties when the producer was made, or NULL */
-    struct topic_handle *handles; /* open addressing by name; cap a power of two or 0 */
-    size_t n_handles, cap_handles;
-    int acks_none;        /* acks=0 (a user's override): deliveries carry no broker offset */
-    uint64_t unconfirmed; /* deliveries without an offset, failed to the relay */
-    struct log_limit unconfirmed_log;
-};
 
 /* A delivery librdkafka reports as persisted that carries no offset: nothing the broker
  * said places it in a partition. librdkafka reports a request's messages delivered when a
@@ -50,9 +24,8 @@ struct kafka_sink {
  * failed, its second was written at offset 0, and the first's row was reported delivered
  * and is in no partition (the leases test lost it about once in 30 runs). Such a report
  * counts as a failure that may have been persisted: the row stays PENDING and goes again
- * (a duplicate when the implicit ack was sound). The code is the relay's own, outside
- * librdkafka's range. */
-#define KAFKA_ERR_UNCONFIRMED (-100001)
+ * (a duplicate when the implicit ack was sound): KAFKA_ERR_UNCONFIRMED (kafka_int.h). */
+
 #define UNCONFIRMED_LOG_MS 10000
 
 /* A topic handle per topic produced to, made the first time a row names the topic. Making
@@ -82,87 +55,8 @@ static const char *const producer_defaults[][2] = {
     {"topic.metadata.refresh.interval.ms", "30000"},
 };
 
-/* Counts brokers in state UP from librdkafka's statistics JSON (loop thread). */
-struct topic_parts {
-    char *topic;
-    int count;
-};
-
-/* A topic whose partition count grows sends keys to other partitions (murmur2 modulo the
- * count): later events of a key may land on another partition than its earlier ones, so
- * per-key order across the change is not kept. Say so once per change. */
-static void note_partitions(struct kafka_sink *sk, const char *topic, int count)
+static void on_report(struct kafka_sink *sk, const rd_kafka_message_t *m)
 {
-    for (size_t i = 0; i < sk->n_parts; i++) {
-        struct topic_parts *t = &sk->parts[i];
-        if (strcmp(t->topic, topic) != 0)
-            continue;
-        if (count != t->count) {
-            log_warn("kafka: topic %s has %d partitions, was %d: keys now hash to other "
-                     "partitions, so per-key order across this change is not kept (consumers "
-                     "see a key's later events on another partition)", topic, count, t->count);
-            sk->partition_changes++;
-            t->count = count;
-            if (sk->cb.on_partitions)
-                sk->cb.on_partitions(sk->ctx, topic, count);
-        }
-        return;
-    }
-    sk->parts = xrealloc(sk->parts, (sk->n_parts + 1) * sizeof(*sk->parts));
-    sk->parts[sk->n_parts++] = (struct topic_parts){xstrdup(topic), count};
-    if (sk->cb.on_partitions)
-        sk->cb.on_partitions(sk->ctx, topic, count);
-}
-
-static void stats_topics(struct kafka_sink *sk, json_t *topics)
-{
-    const char *name;
-    json_t *t;
-    json_object_foreach(topics, name, t) {
-        json_t *parts = json_object_get(t, "partitions");
-        if (!json_is_object(parts))
-            continue;
-        int count = 0;
-        const char *id;
-        json_t *p;
-        json_object_foreach(parts, id, p)
-            count += strcmp(id, "-1") != 0; /* -1: librdkafka's unassigned queue */
-        if (count > 0)
-            note_partitions(sk, name, count);
-    }
-}
-
-static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
-{
-    (void)rk;
-    struct kafka_sink *sk = opaque;
-    json_t *root = json_loadb(json, len, 0, NULL);
-    json_t *topics = root ? json_object_get(root, "topics") : NULL;
-    if (json_is_object(topics))
-        stats_topics(sk, topics);
-    json_t *brokers = root ? json_object_get(root, "brokers") : NULL;
-    if (json_is_object(brokers)) {
-        int up = 0;
-        const char *name;
-        json_t *b;
-        json_object_foreach(brokers, name, b) {
-            json_t *nodeid = json_object_get(b, "nodeid");
-            const char *state = json_string_value(json_object_get(b, "state"));
-            if (json_integer_value(nodeid) >= 0 && state && strcmp(state, "UP") == 0)
-                up++;
-        }
-        sk->brokers_up = up;
-        if (up > 0)
-            sk->brokers_down = 0;
-    }
-    json_decref(root);
-    return 0; /* librdkafka frees json */
-}
-
-static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    (void)rk;
-    struct kafka_sink *sk = opaque;
     int err = (int)m->err;
     if (!err)
         sk->brokers_down = 0;
@@ -176,14 +70,17 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
                      "wrote it, so it is published again (%ld more such since the last line)",
                      rd_kafka_topic_name(m->rkt), (int)m->partition, held);
     }
-    sk->cb.on_delivery(sk->ctx, (int64_t)(intptr_t)m->_private, err,
-                       err ? rd_kafka_topic_name(m->rkt) : NULL,
-                       rd_kafka_message_status(m) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
+    const char *topic = err ? rd_kafka_topic_name(m->rkt) : NULL;
+    int maybe = rd_kafka_message_status(m) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED;
+    if (sk->txn)
+        kafka_txn_report(sk, m->_private, err, topic, maybe);
+    else
+        kafka_report(sk, (int64_t)(intptr_t)m->_private, err, topic, maybe);
 }
 
-static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+static void on_error(struct kafka_sink *sk, int err, const char *reason)
 {
-    struct kafka_sink *sk = opaque;
+    rd_kafka_t *rk = sk->rk;
     if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
         log_error("kafka: authentication failed: %s%s", reason, kafka_auth_hint(rd_kafka_conf(rk)));
         /* a secret read from a file (OUTBOX_KAFKA_SASL_PASSWORD_FILE) that changed since the
@@ -216,11 +113,43 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     log_warn("kafka: %s: %s", rd_kafka_err2name(err), reason);
 }
 
-/* Serves delivery reports and errors now. */
+/* One event of the main queue: reports, errors, statistics. The producer takes them as
+ * events rather than callbacks, so that a commit's flush on the transactions' thread
+ * (kafka_txn.c) waits for the loop to serve them instead of serving them itself. */
+static void dispatch(struct kafka_sink *sk, rd_kafka_event_t *ev)
+{
+    const rd_kafka_message_t *m;
+    switch (rd_kafka_event_type(ev)) {
+    case RD_KAFKA_EVENT_DR:
+        while ((m = rd_kafka_event_message_next(ev)))
+            on_report(sk, m);
+        break;
+    case RD_KAFKA_EVENT_ERROR:
+        on_error(sk, rd_kafka_event_error_is_fatal(ev) ? RD_KAFKA_RESP_ERR__FATAL : rd_kafka_event_error(ev),
+                 rd_kafka_event_error_string(ev));
+        break;
+    case RD_KAFKA_EVENT_STATS:
+        kafka_stats(sk, rd_kafka_event_stats(ev));
+        break;
+    default:
+        break;
+    }
+}
+
+/* Serves delivery reports and errors now, or waits up to wait_ms for the first. */
+static void serve_wait(struct kafka_sink *sk, int wait_ms)
+{
+    rd_kafka_event_t *ev;
+    while (sk->rk && (ev = rd_kafka_queue_poll(sk->mainq, wait_ms))) {
+        dispatch(sk, ev);
+        rd_kafka_event_destroy(ev);
+        wait_ms = 0;
+    }
+}
+
 static void serve(struct kafka_sink *sk)
 {
-    while (sk->rk && rd_kafka_poll(sk->rk, 0) > 0)
-        ;
+    serve_wait(sk, 0);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -257,10 +186,12 @@ static rd_kafka_t *make_producer(struct kafka_sink *sk, char *err, size_t errlen
         return NULL;
     }
     kafka_warn_old_scram(conf);
-    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
-    rd_kafka_conf_set_error_cb(conf, error_cb);
+    if (sk->txn && kafka_txn_conf(sk, conf, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS);
     rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
-    rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_opaque(conf, sk);
     char max[32];
     size_t maxlen = sizeof(max);
@@ -275,9 +206,8 @@ static rd_kafka_t *make_producer(struct kafka_sink *sk, char *err, size_t errlen
         set_err(err, errlen, "kafka: cannot create producer: %s", kerr);
         return NULL;
     }
-    rd_kafka_queue_t *mainq = rd_kafka_queue_get_main(rk);
-    rd_kafka_queue_io_event_enable(mainq, sk->wake[1], "1", 1);
-    rd_kafka_queue_destroy(mainq);
+    sk->mainq = rd_kafka_queue_get_main(rk);
+    rd_kafka_queue_io_event_enable(sk->mainq, sk->wake[1], "1", 1);
     sk->brokers_down = 0;
     sk->brokers_up = -1;
     sk->fatal_reported = 0;
@@ -293,13 +223,21 @@ struct sink *sink_kafka_new(struct ev_loop *loop, const struct sink_config *cfg,
     sk->cfg = cfg;
     sk->cb = *cb;
     sk->ctx = ctx;
+    sk->serve_wait = serve_wait;
     if (wake_pipe_open(sk->wake) != 0) {
         set_err(err, errlen, "pipe: %s", strerror(errno));
         free(sk);
         return NULL;
     }
+    if (cfg->transactional_id && kafka_txn_new(sk, err, errlen) != 0) {
+        close(sk->wake[0]);
+        close(sk->wake[1]);
+        free(sk);
+        return NULL;
+    }
     sk->rk = make_producer(sk, err, errlen);
     if (!sk->rk) {
+        kafka_txn_free(sk);
         close(sk->wake[0]);
         close(sk->wake[1]);
         free(sk->secrets_seen);
@@ -418,6 +356,13 @@ static enum sink_queued k_produce(struct sink *base, const struct message *msg, 
         rd_kafka_headers_t *hdrs = rd_kafka_headers_new(msg->n_headers);
         for (size_t i = 0; i < msg->n_headers; i++)
             rd_kafka_header_add(hdrs, msg->headers[i].name, -1, msg->headers[i].value, -1);
+        if (sk->txn) { /* exactly-once: into the open transaction, reported at its end */
+            enum sink_queued q = kafka_txn_produce(sk, rkt, key, value, value_len, hdrs, timestamp_ms,
+                                                   row_id, msg->event_id, errp);
+            if (q != SINK_QUEUED)
+                rd_kafka_headers_destroy(hdrs);
+            return q;
+        }
         err = rd_kafka_producev(
             sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, value_len),
@@ -443,18 +388,43 @@ static enum sink_queued k_produce(struct sink *base, const struct message *msg, 
 /* Purges the producer and serves the resulting failure reports, bounded by timeout_ms. */
 static void purge_and_drain(struct kafka_sink *sk, int timeout_ms)
 {
+    if (sk->txn) { /* the open transaction is aborted, its messages fail */
+        kafka_txn_drop(sk, timeout_ms, 1);
+        return;
+    }
     rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     int64_t deadline = mono_ms() + timeout_ms;
     while (rd_kafka_outq_len(sk->rk) > 0 && mono_ms() < deadline)
-        rd_kafka_poll(sk->rk, 50);
+        serve_wait(sk, 50);
     serve(sk);
+}
+
+/* The producer goes; no report is served after this. */
+static void destroy_producer(struct kafka_sink *sk)
+{
+    handles_clear(sk);
+    rd_kafka_queue_destroy(sk->mainq);
+    sk->mainq = NULL;
+    rd_kafka_destroy(sk->rk);
+    sk->rk = NULL;
 }
 
 static void k_abandon(struct sink *base, int timeout_ms)
 {
     struct kafka_sink *sk = (struct kafka_sink *)base;
-    if (sk->rk)
-        purge_and_drain(sk, timeout_ms);
+    if (!sk->rk)
+        return;
+    purge_and_drain(sk, timeout_ms);
+    if (sk->txn) { /* a new producer, whose reports cannot be the old one's; it fences again */
+        char err[512];
+        destroy_producer(sk);
+        sk->rk = make_producer(sk, err, sizeof(err));
+        if (!sk->rk) {
+            log_error("kafka: %s", err);
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, err);
+        }
+    }
 }
 
 static int k_recreate(struct sink *base, char *err, size_t errlen)
@@ -462,9 +432,7 @@ static int k_recreate(struct sink *base, char *err, size_t errlen)
     struct kafka_sink *sk = (struct kafka_sink *)base;
     if (sk->rk) {
         purge_and_drain(sk, 2000);
-        handles_clear(sk);
-        rd_kafka_destroy(sk->rk);
-        sk->rk = NULL;
+        destroy_producer(sk);
     }
     sk->rk = make_producer(sk, err, errlen);
     if (sk->rk)
@@ -480,15 +448,15 @@ static void k_free(struct sink *base)
     ev_io_stop(sk->loop, &sk->wake_io);
     if (sk->rk) {
         /* No callbacks from here on: the owner is going away. */
+        if (sk->txn)
+            kafka_txn_drop(sk, 2000, 0);
         rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        handles_clear(sk);
-        rd_kafka_destroy(sk->rk);
+        destroy_producer(sk);
     }
+    kafka_txn_free(sk);
     close(sk->wake[0]);
     close(sk->wake[1]);
-    for (size_t i = 0; i < sk->n_parts; i++)
-        free(sk->parts[i].topic);
-    free(sk->parts);
+    kafka_stats_free(sk);
     free(sk->secrets_seen);
     free(sk);
 }
@@ -540,6 +508,8 @@ static const char *k_err_str(int err)
 {
     if (err == KAFKA_ERR_UNCONFIRMED)
         return "reported delivered without an offset: no proof that the broker wrote it";
+    if (err == KAFKA_ERR_TXN_ABORTED)
+        return "its transaction was aborted (exactly-once): not the row's fault, it goes again";
     return rd_kafka_err2str((rd_kafka_resp_err_t)err);
 }
 
@@ -564,6 +534,10 @@ static const struct sink_ops kafka_ops = {
     .classify = sink_kafka_classify,
     .err_str = k_err_str,
     .partition = sink_kafka_partition,
+    .txn_open = kafka_txn_open,
+    .txn_epoch = kafka_txn_epoch,
+    .txn_recorded = kafka_txn_recorded,
+    .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS
     .test_fatal = k_test_fatal,
 #endif

@@ -32,6 +32,20 @@ struct sink_config {
     int rabbitmq_confirm_timeout_ms;
     int rabbitmq_max_message_bytes;
     int rabbitmq_strict_key_order;
+    /* Kafka, exactly-once (OUTBOX_EXACTLY_ONCE): each group of messages goes in a Kafka
+     * transaction with the progress record (kafka_txn.c); NULL transactional_id: off. */
+    const char *transactional_id;
+    const char *progress_topic;
+    const char *progress_key;       /* this table's key in it */
+    int transaction_timeout_ms;
+};
+
+/* Exactly-once: what the sink has done in transactions (a Kafka sink in that mode). */
+struct sink_txn_stats {
+    uint64_t committed, aborted, fenced, recovered;
+    int64_t open_since_ms; /* monotonic start of the open transaction, 0: none */
+    int64_t commit_ms_sum;
+    uint64_t commit_count; /* commits timed (commit_ms_sum / commit_count: mean latency) */
 };
 
 /* What a failure means to the relay, as counted in outbox_publish_failures_total{reason}. */
@@ -62,6 +76,13 @@ struct sink_callbacks {
     /* A topic's partition count, when first seen and whenever it changes (sinks with
      * partitions only). */
     void (*on_partitions)(void *ctx, const char *topic, int count);
+    /* Exactly-once: the producer fenced every older one of its transactional id and read
+     * the progress record: n rows committed to Kafka that PostgreSQL may not have recorded
+     * (by id and event_id, borrowed for the call), epoch the producer's session that may
+     * now produce (sink_txn_epoch); or err (n 0, epoch 0) when it could not, to be asked
+     * again later. */
+    void (*on_recovered)(void *ctx, uint64_t epoch, const int64_t *ids, char *const *event_ids,
+                         size_t n, const char *err);
 };
 
 struct sink;
@@ -89,6 +110,14 @@ struct sink_ops {
     /* The partition of a key among count, as the broker's producer picks it; NULL when the
      * sink has no partitions (then no partition shares apply). */
     int32_t (*partition)(const char *key, size_t keylen, int count);
+    /* Exactly-once only (NULL in other sinks): txn_open starts fencing and reading the
+     * progress record (on_recovered reports; 0 started, -1 already under way or not
+     * possible now); txn_epoch is the producer session that may produce (0: none yet);
+     * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record). */
+    int (*txn_open)(struct sink *sk);
+    uint64_t (*txn_epoch)(const struct sink *sk);
+    void (*txn_recorded)(struct sink *sk, int64_t row_id);
+    void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
 #endif
@@ -175,6 +204,29 @@ static inline enum failure_reason sink_classify(const struct sink *sk, int err)
 static inline const char *sink_err_str(const struct sink *sk, int err)
 {
     return sk->ops->err_str(err);
+}
+
+static inline int sink_txn_open(struct sink *sk)
+{
+    return sk->ops->txn_open ? sk->ops->txn_open(sk) : -1;
+}
+
+static inline uint64_t sink_txn_epoch(const struct sink *sk)
+{
+    return sk->ops->txn_epoch ? sk->ops->txn_epoch(sk) : 0;
+}
+
+static inline void sink_txn_recorded(struct sink *sk, int64_t row_id)
+{
+    if (sk->ops->txn_recorded)
+        sk->ops->txn_recorded(sk, row_id);
+}
+
+static inline void sink_txn_stats(const struct sink *sk, struct sink_txn_stats *out)
+{
+    *out = (struct sink_txn_stats){0};
+    if (sk->ops->txn_stats)
+        sk->ops->txn_stats(sk, out);
 }
 
 #ifdef OUTBOX_TEST_HOOKS

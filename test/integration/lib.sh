@@ -312,6 +312,9 @@ relay_env() {
         OUTBOX_POLL_INTERVAL_MS="${RELAY_POLL_MS:-100}" OUTBOX_ON_SENT="$ON_SENT" OUTBOX_LAYOUT="$LAYOUT")
     [ "$SINK" != rabbitmq ] || RELAY_BASE_ENV+=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$AMQP_URL"
         OUTBOX_RABBITMQ_EXCHANGE="$AMQP_EXCHANGE")
+    # exactly-once (RELAYTEST_EXACTLY_ONCE=1): an id prefix and a progress topic of this run's own
+    [ -z "${RELAYTEST_EXACTLY_ONCE:-}" ] || RELAY_BASE_ENV+=(OUTBOX_EXACTLY_ONCE=1
+        OUTBOX_TRANSACTIONAL_ID_PREFIX="$TOPIC_PREFIX" OUTBOX_PROGRESS_TOPIC="$TOPIC_PREFIX.progress")
 }
 
 # start_relay NAME [flags...]: runs the relay in the background, log in $WORK/relay-NAME.log
@@ -463,7 +466,7 @@ check() {
         return $rc
     fi
     "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$topics" --expected "$WORK/expected.tsv" \
-        --id-header "$ID_HEADER" "$@" \
+        --id-header "$ID_HEADER" ${RELAYTEST_EXACTLY_ONCE:+--transactional} "$@" \
         >"$WORK/check.out" 2>"$WORK/check.err"
     local rc=$?
     cat "$WORK/check.out"

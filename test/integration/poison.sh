@@ -67,6 +67,7 @@ stop_relay main || fail "relay exited with $? on SIGTERM"
 check "$TOPIC_PREFIX.order" || fail "loss or disorder after requeue"
 "$PG_BIN/psql" -X -At -F $'\t' "$DSN" -c "SELECT id, event_id, aggregate_id FROM outbox_all WHERE event_type = 'E2' AND aggregate_id LIKE 'p-%'" >"$WORK/dlq.tsv"
 "$RELAYTEST_CHECK_BIN" --bootstrap "$BOOTSTRAP" --topics "$dlq" --expected "$WORK/dlq.tsv" --no-partition-check \
+    ${RELAYTEST_EXACTLY_ONCE:+--transactional} \
     --dump "$WORK/dlq.dump" >"$WORK/dlq.out" 2>&1 || { cat "$WORK/dlq.out"; fail "dead-letter topic does not hold the 3 parked rows"; }
 log "dead letters: $(cat "$WORK/dlq.out" | grep CHECK)"
 # each dead letter carries its row's reason in the header outbox_error

@@ -4,6 +4,7 @@
  *   outbox-check --bootstrap HOST:PORT --topics T1,T2 --expected FILE [--exact] [--values]
  *                [--no-partition-check] [--id-header NAME] [--dump FILE]
  *                [--max-duplicates N] [--require-lease] [--allow-empty]
+ *                [--transactional [--read-uncommitted]]
  *   outbox-check --partition-of COUNT   (keys on stdin, one per line: "key<TAB>partition")
  *
  * FILE has one line per committed row: "id<TAB>event_id<TAB>aggregate_id", and with
@@ -20,6 +21,11 @@
  * in the wrong partition (murmur2), unknown, published by a relay that had lost its lease
  * (see below), delivered twice (--exact: any duplicate; --max-duplicates N: more than N),
  * or (--require-lease) without a readable outbox_lease header (lease_missing).
+ * Messages are read with isolation.level=read_committed (what a consumer of the relay's
+ * exactly-once mode reads); --read-uncommitted reads aborted transactions' messages too.
+ * --transactional: topics written in transactions, whose last offsets may be transaction
+ * markers no consumer is given: a partition's end is where the consumer is told it reached
+ * it (its last stable offset) rather than its high watermark.
  * It exits 2 when it cannot tell: an expected set with no row (unless --allow-empty: a
  * failed query upstream must not read as "nothing lost"), a malformed line, a topic or
  * partition count it cannot read.
@@ -67,6 +73,7 @@ struct part_progress {
     int32_t partition;
     int64_t high;
     int64_t next;
+    int done; /* read up to its end */
 };
 static struct part_progress progress[4096];
 static int n_progress;
@@ -239,6 +246,8 @@ int main(int argc, char **argv)
     const char *bootstrap = NULL, *topics = NULL, *expected = NULL;
     int exact = 0, partition_check = 1, verbose = 0, values = 0, require_lease = 0, allow_empty = 0;
     long long max_duplicates = -1;
+    const char *isolation = "read_committed";
+    int transactional = 0;
     if (argc == 3 && !strcmp(argv[1], "--partition-of")) { /* the Java client's partition */
         int count = atoi(argv[2]);
         char line[4096];
@@ -261,6 +270,10 @@ int main(int argc, char **argv)
             expected = argv[++i];
         else if (!strcmp(argv[i], "--values"))
             values = 1;
+        else if (!strcmp(argv[i], "--read-uncommitted"))
+            isolation = "read_uncommitted";
+        else if (!strcmp(argv[i], "--transactional"))
+            transactional = 1;
         else if (!strcmp(argv[i], "--exact"))
             exact = 1;
         else if (!strcmp(argv[i], "--max-duplicates") && i + 1 < argc)
@@ -285,7 +298,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: outbox-check --bootstrap B --topics T1,T2 --expected FILE "
                             "[--exact] [--no-partition-check] [--values] [--verbose] "
                             "[--id-header NAME] [--dump FILE] [--max-duplicates N] [--require-lease] "
-                            "[--allow-empty]\n");
+                            "[--allow-empty] [--transactional [--read-uncommitted]]\n");
             return 2;
         }
     }
@@ -300,7 +313,7 @@ int main(int argc, char **argv)
     }
 
     char errstr[512];
-    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-check", 1, errstr, sizeof(errstr));
+    rd_kafka_t *rk = kafka_reader_new(bootstrap, "outbox-check", 1, isolation, errstr, sizeof(errstr));
     if (!rk) {
         fprintf(stderr, "outbox-check: %s\n", errstr);
         return 2;
@@ -352,9 +365,13 @@ int main(int argc, char **argv)
         }
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             struct part_progress *pp = progress_of(rd_kafka_topic_name(m->rkt), m->partition);
-            if (pp && pp->next < pp->high)
+            if (pp && transactional && !pp->done) {
+                pp->done = 1; /* the rest are transaction markers or aborted messages */
+                eof_left--;
+            } else if (pp && pp->next < pp->high) {
                 fprintf(stderr, "outbox-check: early EOF on %s/%d at %lld of %lld; reading on\n",
                         pp->topic, pp->partition, (long long)pp->next, (long long)pp->high);
+            }
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -364,8 +381,10 @@ int main(int argc, char **argv)
             continue;
         }
         struct part_progress *pp = progress_of(rd_kafka_topic_name(m->rkt), m->partition);
-        if (pp && pp->next < pp->high && m->offset + 1 >= pp->high)
+        if (pp && !pp->done && m->offset + 1 >= pp->high) {
+            pp->done = 1;
             eof_left--;
+        }
         if (pp && m->offset + 1 > pp->next)
             pp->next = m->offset + 1;
         delivered++;

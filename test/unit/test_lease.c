@@ -1,5 +1,7 @@
 /* Unit tests: lease partition rules (balance target, scan parsing, which partitions to
  * acquire and to hand back, grace periods, clean takeovers). */
+#include <string.h>
+
 #include "relay/lease.h"
 #include "tap.h"
 
@@ -68,5 +70,37 @@ int main(void)
     ok(!lease_takeover_clean("lost", "other/2", "me/1"), "lost by another: grace");
     ok(lease_takeover_clean("lost", "me/1", "me/1"), "lost by this very process: clean");
     strbuf_destroy(&sb);
+    /* Groups (exactly-once: the table moves whole): a group's first partition is taken
+     * before the rest, and the rest only by whoever holds the first. */
+    {
+        struct lease g[OUTBOX_LEASE_PARTITIONS];
+        int lk[OUTBOX_LEASE_PARTITIONS] = {0}, fg[OUTBOX_LEASE_PARTITIONS] = {0};
+        unsigned char before[OUTBOX_LEASE_PARTITIONS] = {0};
+        struct strbuf acq;
+        int back = 0;
+        set_all(g, LEASE_FREE);
+        strbuf_init(&acq);
+        is_int(lease_decide(g, lk, fg, before, 64, 64, &acq, &back), 1, "one group, nothing held: its first alone");
+        is_str(acq.buf, "{0}", "partition 0 first");
+        lk[0] = 1;
+        memset(before, 1, sizeof(before)); /* the others unowned for two scans: liveness would take them */
+        strbuf_reset(&acq);
+        is_int(lease_decide(g, lk, fg, before, 64, 64, &acq, &back), 0,
+               "another relay holds the first: nothing, not even long-unowned partitions");
+        lk[0] = 0;
+        lk[5] = 1; /* still held by a relay going away */
+        g[0].state = LEASE_ACTIVE;
+        memset(before, 0, sizeof(before));
+        strbuf_reset(&acq);
+        is_int(lease_decide(g, lk, fg, before, 64, 64, &acq, &back), 62, "holding the first: every free one of the group");
+        ok(strncmp(acq.buf, "{1,2,3,4,6,", 11) == 0, "the locked one left for a later scan (%s)", acq.buf);
+        is_int(back, 0, "nothing handed back");
+        set_all(g, LEASE_FREE);
+        lk[5] = 0;
+        memset(before, 0, sizeof(before)); /* (the last decision noted what was free then) */
+        strbuf_reset(&acq);
+        is_int(lease_decide(g, lk, fg, before, 32, 1, &acq, &back), 32, "group 1: partitions alone, up to the target");
+        strbuf_destroy(&acq);
+    }
     return done();
 }

@@ -1,0 +1,136 @@
+/* Exactly-once (kafka_txn.c), on the transactions' thread after the fence: this table's
+ * last progress record, read with read_committed from the start of its partition of the
+ * progress topic up to its end (compaction keeps it short), which a new producer's fence
+ * has made the end of every transaction of this id. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kafka.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "sink/kafka_int.h"
+
+#define READ_TIMEOUT_MS 30000
+
+/* The progress topic's partition that holds key, or -1 with msg; creates the topic
+ * (compacted, one partition) when it does not exist, and then returns -2 (no record). */
+static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, size_t msglen)
+{
+    const struct sink_config *cfg = sk->cfg;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(c, 0, rkt, &md, 10000);
+    int count = -1;
+    if (!err && md->topic_cnt == 1 && !md->topics[0].err)
+        count = md->topics[0].partition_cnt;
+    else if (!err && md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        count = 0;
+    else
+        snprintf(msg, msglen, "the progress topic %s: %s", cfg->progress_topic,
+                 rd_kafka_err2str(err ? err : md->topics[0].err));
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    if (count == 0) {
+        rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(cfg->progress_topic, 1, -1, msg, msglen);
+        rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
+        rd_kafka_queue_t *q = rd_kafka_queue_new(c);
+        rd_kafka_CreateTopics(c, &nt, 1, NULL, q);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+        const rd_kafka_CreateTopics_result_t *res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
+        size_t n = 0;
+        const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
+        int created = ev && !rd_kafka_event_error(ev) && n == 1 && !rd_kafka_topic_result_error(tr[0]);
+        if (created) /* else (made meanwhile by another relay too) read on the next try */
+            log_info("kafka: created the progress topic %s (compacted, one partition)", cfg->progress_topic);
+        else
+            snprintf(msg, msglen, "creating the progress topic %s: %s", cfg->progress_topic,
+                     !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
+                     : n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
+        if (ev)
+            rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_NewTopic_destroy(nt);
+        return created ? -2 : -1; /* a new topic holds no record yet */
+    }
+    if (count < 0)
+        return -1;
+    return rd_kafka_msg_partitioner_murmur2_random(NULL, cfg->progress_key, strlen(cfg->progress_key),
+                                                   count, NULL, NULL);
+}
+
+/* Reads this table's last progress record with read_committed, from the start of its
+ * partition up to the end (compaction keeps it short). 0, or -1 with msg. */
+int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
+{
+    struct kafka_txn *t = sk->txn;
+    const struct sink_config *cfg = sk->cfg;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    if (settings_kafka_apply(conf, cfg->kafka, cfg->n_kafka, msg, msglen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return -1;
+    }
+    static const char *const consumer[][2] = {{"isolation.level", "read_committed"},
+                                              {"enable.partition.eof", "true"},
+                                              {"enable.auto.commit", "false"},
+                                              {"client.id", "outbox-relay-progress"},
+                                              /* assigned, never joined: the name only */
+                                              {"group.id", "outbox-relay-progress"}};
+    for (size_t i = 0; i < ARRAY_LEN(consumer); i++)
+        rd_kafka_conf_set(conf, consumer[i][0], consumer[i][1], kerr, sizeof(kerr));
+    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, kerr, sizeof(kerr));
+    if (!c) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(msg, msglen, "the progress record's consumer: %s", kerr);
+        return -1;
+    }
+    rd_kafka_poll_set_consumer(c);
+    int rc = -1, part = progress_partition(sk, c, msg, msglen), warned = 0;
+    rd_kafka_message_t *last = NULL;
+    if (part == -2) {
+        msg[0] = '\0';
+        rc = 0;
+    }
+    if (part >= 0) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, cfg->progress_topic, part)->offset = RD_KAFKA_OFFSET_BEGINNING;
+        rd_kafka_assign(c, l);
+        rd_kafka_topic_partition_list_destroy(l);
+        int64_t deadline = mono_ms() + READ_TIMEOUT_MS;
+        size_t keylen = strlen(cfg->progress_key);
+        snprintf(msg, msglen, "the progress record was not read within %d ms (an open transaction of "
+                 "another producer holds the partition's last stable offset back?)", READ_TIMEOUT_MS);
+        while (mono_ms() < deadline && !kafka_txn_cancelled(t)) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+            if (!m)
+                continue;
+            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                rd_kafka_message_destroy(m);
+                rc = 0;
+                break;
+            }
+            if (!m->err && m->key_len == keylen && memcmp(m->key, cfg->progress_key, keylen) == 0) {
+                if (last)
+                    rd_kafka_message_destroy(last);
+                last = m;
+                continue;
+            }
+            if (m->err && !warned++)
+                log_warn("kafka: reading the progress record: %s", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+        }
+    }
+    if (rc == 0)
+        msg[0] = '\0';
+    if (rc == 0 && last && last->payload)
+        rc = progress_parse(last->payload, last->len, &t->rec_id, &t->rec_event_id, &t->n_rec, msg, msglen);
+    if (last)
+        rd_kafka_message_destroy(last);
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return rc;
+}
+
