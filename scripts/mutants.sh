@@ -28,7 +28,7 @@ if [ "${1:-}" = --check ]; then
             # a variant (NAME_keep, NAME_rabbitmq_delete, ...) is made in test/meson.build from
             # its scenario's name and a list of variants: the scenario's name must be there
             base=${test_name%_pg17}
-            for v in _delete _keep _debezium _image _strict _rabbitmq; do base=${base%$v}; done
+            for v in _delete _keep _debezium _image _strict _rabbitmq _exactly_once; do base=${base%$v}; done
             grep -q "'$base'\|'$test_name'" test/meson.build || unknown="$unknown $test_name"
         done
         if [ -z "$test_names" ] || [ -z "$(sed -n 's/^expect: //p' "$patch")" ] || [ -z "$(sed -n 's/^why: //p' "$patch")" ]; then

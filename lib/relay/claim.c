@@ -319,6 +319,7 @@ void claim_send(struct relay *r)
                               floors.buf, ws.buf};
     if (worker_send(r, &claim_stmt, r->sql.claim, r->cfg->keep ? 10 : 9, params) == 0) {
         r->claim.wanted = 0;
+        r->claim.eos_epoch = sink_txn_epoch(r->sink);
         r->claim.sent_ms = mono_ms();
         if (!claim_used_floors(fc))
             r->m.claims_from_bottom_total++;

@@ -38,6 +38,11 @@ int claim_in_hand(const struct relay *r)
     return r->claim.res != NULL;
 }
 
+int claim_of_session(const struct relay *r)
+{
+    return !r->cfg->exactly_once || r->claim.eos_epoch == sink_txn_epoch(r->sink);
+}
+
 int claim_cursor_row(struct relay *r, struct outbox_row *row, struct inflight_row **slot)
 {
     const PGresult *res = r->claim.res;

@@ -70,9 +70,11 @@ void eos_on_recovered(struct relay *r, uint64_t epoch, const int64_t *ids, char 
     r->m.eos_fence_ms = mono_ms() - r->eos.open_sent_ms;
     if (n == 0) {
         r->eos.ready_epoch = epoch;
+        sink_txn_ready(r->sink, epoch);
         log_info("exactly-once: older producers fenced and the progress record read in %lld ms "
                  "(nothing committed left to record); claiming", (long long)r->m.eos_fence_ms);
         claim_want(r);
+        relay_want_kick(r);
         return;
     }
     r->eos.pending_epoch = epoch;
@@ -95,8 +97,11 @@ static void recover_ok(struct relay *r, PGresult *res)
 {
     long long done = PQntuples(res) ? atoll(PQgetvalue(res, 0, 0)) : 0;
     r->m.eos_recovered_total += (uint64_t)done;
-    if (r->eos.pending_epoch == sink_txn_epoch(r->sink)) {
-        r->eos.ready_epoch = r->eos.pending_epoch;
+    /* the session the statement was sent for, if it is still the producer's (a new one
+     * reads its own record) */
+    if (r->eos.sent_epoch == r->eos.pending_epoch && r->eos.sent_epoch == sink_txn_epoch(r->sink)) {
+        r->eos.ready_epoch = r->eos.sent_epoch;
+        sink_txn_ready(r->sink, r->eos.sent_epoch);
         log_info("exactly-once: older producers fenced and the progress record read in %lld ms: %zu "
                  "rows committed to Kafka and not seen recorded, %lld of them recorded now (the rest "
                  "were already); claiming", (long long)r->m.eos_fence_ms, r->eos.n, done);
@@ -126,7 +131,8 @@ void eos_recover_send(struct relay *r)
     pgarray_close(&ids);
     pgarray_close(&eids);
     const char *params[2] = {ids.buf, eids.buf};
-    worker_send(r, &recover_stmt, r->sql.recover, 2, params);
+    if (worker_send(r, &recover_stmt, r->sql.recover, 2, params) == 0)
+        r->eos.sent_epoch = r->eos.pending_epoch;
     strbuf_destroy(&ids);
     strbuf_destroy(&eids);
 }

@@ -62,8 +62,11 @@ void produce_claimed(struct relay *r)
     for (; claim_rows_left(r) > 0 && r->mode == MODE_RUNNING; claim_advance(r)) {
         if (!claim_cursor_row(r, &row, &slot))
             continue;
-        if (lease_state(r, slot->partition) != LEASE_ACTIVE) {
-            window_remove_one(&r->win, slot); /* the lease is going or gone: stays PENDING */
+        if (lease_state(r, slot->partition) != LEASE_ACTIVE || !claim_of_session(r)) {
+            /* the lease is going or gone, or (exactly-once) the claim was sent in a producer
+             * session that is gone, before the new one's progress record was recorded: the
+             * rows stay PENDING */
+            window_remove_one(&r->win, slot);
             continue;
         }
         if (claim_key_held(r, row.aggregate_id)) {

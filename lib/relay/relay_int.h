@@ -73,6 +73,7 @@ struct claim_state {
     int fc_safety;             /* the claim in flight reads the safety pass's partition */
     int64_t safety_due_ms;     /* monotonic */
     long long requeued;        /* the doorbell's requeue count the last claim saw */
+    uint64_t eos_epoch;        /* exactly-once: the producer session the claim in flight was sent in */
     int requeued_known;
 };
 
@@ -159,6 +160,7 @@ struct keep_state {
 struct eos_state {
     uint64_t ready_epoch;   /* the producer session whose progress record is recorded: claims go */
     uint64_t pending_epoch; /* a progress record's rows to record (below), for this session */
+    uint64_t sent_epoch;    /* the session the recording statement in flight is for */
     int64_t *ids;
     char **event_ids;
     size_t n;
@@ -389,6 +391,9 @@ size_t claim_rows_below_floors(const struct relay *r);
 
 /* A claim's result is there, rows of it perhaps still to produce. */
 int claim_in_hand(const struct relay *r);
+/* Exactly-once: the claim in hand was sent in the producer's current session (always 1
+ * otherwise); a claim of a session that is gone is not produced. */
+int claim_of_session(const struct relay *r);
 /* The row at the claim's cursor as the message mapping reads it (borrowed from the claim's
  * result: valid until the claim is released), with its window slot: 1; 0 when it is no
  * longer queued in the window (to be passed over) or no row is left. */

@@ -98,6 +98,8 @@ static void on_error(struct kafka_sink *sk, int err, const char *reason)
         char fatal[512];
         rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
         log_error("kafka: fatal producer error %s: %s", rd_kafka_err2name(ferr), fatal);
+        if (sk->txn)
+            kafka_txn_note_fatal(sk, ferr);
         if (!sk->fatal_reported) {
             sk->fatal_reported = 1;
             sk->cb.on_fatal(sk->ctx, fatal);
@@ -125,11 +127,13 @@ static void dispatch(struct kafka_sink *sk, rd_kafka_event_t *ev)
             on_report(sk, m);
         break;
     case RD_KAFKA_EVENT_ERROR:
-        on_error(sk, rd_kafka_event_error_is_fatal(ev) ? RD_KAFKA_RESP_ERR__FATAL : rd_kafka_event_error(ev),
-                 rd_kafka_event_error_string(ev));
+        if (!sk->closing)
+            on_error(sk, rd_kafka_event_error_is_fatal(ev) ? RD_KAFKA_RESP_ERR__FATAL : rd_kafka_event_error(ev),
+                     rd_kafka_event_error_string(ev));
         break;
     case RD_KAFKA_EVENT_STATS:
-        kafka_stats(sk, rd_kafka_event_stats(ev));
+        if (!sk->closing)
+            kafka_stats(sk, rd_kafka_event_stats(ev));
         break;
     default:
         break;
@@ -446,6 +450,7 @@ static void k_free(struct sink *base)
     if (!sk)
         return;
     ev_io_stop(sk->loop, &sk->wake_io);
+    sk->closing = 1;
     if (sk->rk) {
         /* No callbacks from here on: the owner is going away. */
         if (sk->txn)
@@ -536,6 +541,7 @@ static const struct sink_ops kafka_ops = {
     .partition = sink_kafka_partition,
     .txn_open = kafka_txn_open,
     .txn_epoch = kafka_txn_epoch,
+    .txn_ready = kafka_txn_ready,
     .txn_recorded = kafka_txn_recorded,
     .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS

@@ -32,6 +32,10 @@ enum txn_job { JOB_NONE, JOB_INIT, JOB_COMMIT, JOB_ABORT };
 struct kafka_txn {
     enum txn_state state;
     uint64_t epoch, epochs; /* the session that may produce (0: none); sessions so far */
+    int ready;              /* the relay recorded the session's progress record: produces go */
+    int fence_counted;      /* this producer's fence is counted */
+    int32_t progress_part;  /* the progress topic's partition of this table's key (kafka_txn_read) */
+    rd_kafka_topic_t *progress_rkt; /* its handle on the producer (made once fenced) */
     struct txn_held *held;
     size_t n_held, cap_held;
     size_t outstanding; /* messages of the transaction (the progress one too) without a report */
@@ -92,6 +96,7 @@ struct kafka_sink {
     uint64_t unconfirmed; /* deliveries without an offset, failed to the relay */
     struct log_limit unconfirmed_log;
     struct kafka_txn *txn; /* exactly-once, or NULL */
+    int closing;           /* k_free: errors and statistics no longer reach the owner */
     /* kafka.c's: serves the producer's events now, or waits up to wait_ms for the first
      * (kafka_txn.c's abort waits for reports the loop must serve) */
     void (*serve_wait)(struct kafka_sink *sk, int wait_ms);
@@ -141,6 +146,9 @@ void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *
 void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report);
 int kafka_txn_open(struct sink *base);
 uint64_t kafka_txn_epoch(const struct sink *base);
+void kafka_txn_ready(struct sink *base, uint64_t epoch);
+/* A fatal error of the producer (counted when it is a fence). */
+void kafka_txn_note_fatal(struct kafka_sink *sk, int code);
 void kafka_txn_recorded(struct sink *base, int64_t row_id);
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out);
 

@@ -143,6 +143,20 @@ static void fail_held(struct kafka_sink *sk, int code, int report)
 static void commit_ok(struct kafka_sink *sk)
 {
     struct kafka_txn *t = sk->txn;
+    if (t->failed) { /* the progress record's report failed, yet the commit went: whether it is
+                      * in Kafka is not known. Nothing is reported delivered; the producer is made
+                      * anew, and its fence and read of the record tell what committed. */
+        t->state = TXN_CLOSED;
+        t->epoch = 0;
+        log_error("kafka: exactly-once: a transaction committed although its progress record's "
+                  "delivery failed; the producer is made anew and reads the record again");
+        fail_held(sk, RD_KAFKA_RESP_ERR__FATAL, 1);
+        if (!sk->fatal_reported) {
+            sk->fatal_reported = 1;
+            sk->cb.on_fatal(sk->ctx, "exactly-once: a progress record's delivery failed in a committed transaction");
+        }
+        return;
+    }
     t->state = TXN_IDLE;
     t->stats.committed++;
     t->stats.commit_ms_sum += mono_ms() - t->ending_ms;
@@ -161,16 +175,23 @@ static void commit_ok(struct kafka_sink *sk)
     free(h);
 }
 
+void kafka_txn_note_fatal(struct kafka_sink *sk, int code)
+{
+    struct kafka_txn *t = sk->txn;
+    if (!t->fence_counted && (code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+                              code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)) {
+        t->fence_counted = 1; /* once per producer: its job's error and its error event both say so */
+        t->stats.fenced++;
+    }
+}
+
 /* Fenced by a newer producer of the id, or another fatal error: nothing of the open
  * transaction committed; the relay makes the producer anew (on_fatal), which fences again
  * before it produces. */
 static void txn_fatal(struct kafka_sink *sk, const rd_kafka_error_t *e, const char *what)
 {
     struct kafka_txn *t = sk->txn;
-    rd_kafka_resp_err_t code = rd_kafka_error_code(e);
-    if (code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-        code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)
-        t->stats.fenced++;
+    kafka_txn_note_fatal(sk, rd_kafka_error_code(e));
     char why[600];
     snprintf(why, sizeof(why), "exactly-once: %s: %s", what, rd_kafka_error_string(e));
     log_error("kafka: %s (the transaction's rows stay PENDING; the producer is made anew and fences "
@@ -199,7 +220,8 @@ static int produce_progress(struct kafka_sink *sk)
     progress_clear(&mine);
     const char *key = sk->cfg->progress_key;
     rd_kafka_resp_err_t err = rd_kafka_producev(
-        sk->rk, RD_KAFKA_V_TOPIC(sk->cfg->progress_topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        sk->rk, RD_KAFKA_V_RKT(t->progress_rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_PARTITION(t->progress_part), /* where kafka_txn_read reads it */
         RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(sb.buf, sb.len), RD_KAFKA_V_OPAQUE(NULL),
         RD_KAFKA_V_END);
     strbuf_destroy(&sb);
@@ -237,7 +259,7 @@ enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt,
         *errp = RD_KAFKA_RESP_ERR__STATE; /* not fenced in yet: the relay does not claim then */
         return SINK_FAILED;
     }
-    if (t->state == TXN_ENDING || t->committed.n + t->n_held >= TXN_MAX_ROWS ||
+    if (!t->ready || t->state == TXN_ENDING || t->committed.n + t->n_held >= TXN_MAX_ROWS ||
         (t->state == TXN_OPEN && t->n_held && mono_ms() - t->opened_ms >= TXN_MAX_MS))
         return SINK_FULL; /* goes on once the transaction ended, or rows were recorded */
     if (t->state == TXN_IDLE) {
@@ -315,15 +337,19 @@ static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *ms
         snprintf(why, sizeof(why), "%s", e ? rd_kafka_error_string(e) : msg);
         t->state = TXN_CLOSED;
         free_rec(t);
-        if (e && rd_kafka_error_is_fatal(e)) {
+        sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, why); /* asked again later */
+        if (e && rd_kafka_error_is_fatal(e))
             txn_fatal(sk, e, "fencing older producers (init_transactions)");
-            return;
-        }
-        sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, why);
         return;
     }
     t->state = TXN_IDLE;
     t->epoch = ++t->epochs;
+    t->ready = 0; /* until the relay has recorded the record's rows (kafka_txn_ready) */
+    /* a handle asks for the topic's leader now: a message produced by name to a topic the
+     * producer has not met waits for its once-a-second scan (seen: every first commit of a
+     * producer took a second more) */
+    if (!t->progress_rkt)
+        t->progress_rkt = rd_kafka_topic_new(sk->rk, sk->cfg->progress_topic, NULL);
     t->stats.recovered += t->n_rec;
     sk->cb.on_recovered(sk->ctx, t->epoch, t->rec_id, t->rec_event_id, t->n_rec, NULL);
     free_rec(t);
@@ -410,14 +436,14 @@ static void abort_serving(struct kafka_sink *sk, int timeout_ms)
         log_warn("kafka: exactly-once: aborting the open transaction: %s (left to the broker: the "
                  "next producer's fence or transaction.timeout.ms aborts it)", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
-    } else {
-        t->stats.aborted++;
     }
+    t->stats.aborted++; /* by this call or by the broker: nothing of it commits */
 }
 
 void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report)
 {
     struct kafka_txn *t = sk->txn;
+    int was_opening = t->state == TXN_OPENING;
     wait_idle(t); /* a commit that ended meanwhile is in the progress record: recovered */
     if ((t->state == TXN_OPEN || t->state == TXN_ENDING) && sk->rk) {
         t->state = TXN_ENDING; /* the reports served meanwhile end nothing */
@@ -425,9 +451,16 @@ void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report)
     }
     t->state = TXN_CLOSED;
     t->epoch = 0;
+    t->ready = 0;
+    t->fence_counted = 0;
+    if (t->progress_rkt) /* before its producer goes */
+        rd_kafka_topic_destroy(t->progress_rkt);
+    t->progress_rkt = NULL;
     t->initialized = 0; /* the producer goes (kafka.c) */
     fail_held(sk, KAFKA_ERR_TXN_ABORTED, report);
     progress_clear(&t->committed); /* the next producer reads them from the progress record */
+    if (was_opening && report) /* the fence and read asked for will not answer: ask again */
+        sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, "the producer was made anew while it fenced");
 }
 
 int kafka_txn_open(struct sink *base)
@@ -445,6 +478,13 @@ uint64_t kafka_txn_epoch(const struct sink *base)
 {
     const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;
     return t && t->state != TXN_CLOSED && t->state != TXN_OPENING ? t->epoch : 0;
+}
+
+void kafka_txn_ready(struct sink *base, uint64_t epoch)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t && epoch && epoch == t->epoch)
+        t->ready = 1;
 }
 
 void kafka_txn_recorded(struct sink *base, int64_t row_id)

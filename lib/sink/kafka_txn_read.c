@@ -20,11 +20,13 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
     const struct sink_config *cfg = sk->cfg;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(c, 0, rkt, &md, 10000);
+    rd_kafka_resp_err_t err = rd_kafka_metadata(c, 0, rkt, &md, 3000);
+    if (!err && md->topic_cnt != 1)
+        err = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
     int count = -1;
-    if (!err && md->topic_cnt == 1 && !md->topics[0].err)
+    if (!err && !md->topics[0].err)
         count = md->topics[0].partition_cnt;
-    else if (!err && md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+    else if (!err && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
         count = 0;
     else
         snprintf(msg, msglen, "the progress topic %s: %s", cfg->progress_topic,
@@ -34,16 +36,24 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
     rd_kafka_topic_destroy(rkt);
     if (count == 0) {
         rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(cfg->progress_topic, 1, -1, msg, msglen);
-        rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
+        /* compacted, in small segments that are soon cleaned: the read at each takeover goes
+         * from the partition's start */
+        static const char *const topic_conf[][2] = {{"cleanup.policy", "compact"},
+                                                    {"segment.bytes", "16777216"},
+                                                    {"segment.ms", "600000"},
+                                                    {"min.cleanable.dirty.ratio", "0.1"}};
+        for (size_t i = 0; i < ARRAY_LEN(topic_conf); i++)
+            rd_kafka_NewTopic_set_config(nt, topic_conf[i][0], topic_conf[i][1]);
         rd_kafka_queue_t *q = rd_kafka_queue_new(c);
         rd_kafka_CreateTopics(c, &nt, 1, NULL, q);
-        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 5000);
         const rd_kafka_CreateTopics_result_t *res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
         size_t n = 0;
         const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
         int created = ev && !rd_kafka_event_error(ev) && n == 1 && !rd_kafka_topic_result_error(tr[0]);
         if (created) /* else (made meanwhile by another relay too) read on the next try */
-            log_info("kafka: created the progress topic %s (compacted, one partition)", cfg->progress_topic);
+            log_info("kafka: created the progress topic %s (compacted, one partition, the broker's "
+                     "default replication factor)", cfg->progress_topic);
         else
             snprintf(msg, msglen, "creating the progress topic %s: %s", cfg->progress_topic,
                      !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
@@ -61,7 +71,10 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
 }
 
 /* Reads this table's last progress record with read_committed, from the start of its
- * partition up to the end (compaction keeps it short). 0, or -1 with msg. */
+ * partition up to the end (compaction keeps it short). The end is the high watermark the
+ * first fetch after the fence sees, not the first end the consumer is told of: that is the
+ * last stable offset, which an open transaction of another table's relay holds back below
+ * records of this table committed after it began. 0, or -1 with msg. */
 int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
 {
     struct kafka_txn *t = sk->txn;
@@ -93,14 +106,16 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
     if (part == -2) {
         msg[0] = '\0';
         rc = 0;
+        t->progress_part = 0;
     }
     if (part >= 0) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
         rd_kafka_topic_partition_list_add(l, cfg->progress_topic, part)->offset = RD_KAFKA_OFFSET_BEGINNING;
         rd_kafka_assign(c, l);
         rd_kafka_topic_partition_list_destroy(l);
-        int64_t deadline = mono_ms() + READ_TIMEOUT_MS;
+        int64_t deadline = mono_ms() + READ_TIMEOUT_MS, end = -1;
         size_t keylen = strlen(cfg->progress_key);
+        t->progress_part = part;
         snprintf(msg, msglen, "the progress record was not read within %d ms (an open transaction of "
                  "another producer holds the partition's last stable offset back?)", READ_TIMEOUT_MS);
         while (mono_ms() < deadline && !kafka_txn_cancelled(t)) {
@@ -108,9 +123,16 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
             if (!m)
                 continue;
             if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                int64_t lo, hi;
+                if (end < 0 && rd_kafka_get_watermark_offsets(c, cfg->progress_topic, part, &lo, &hi) == 0)
+                    end = hi; /* (the fetch that told of this end told of it) */
+                int done = end >= 0 && m->offset >= end;
                 rd_kafka_message_destroy(m);
-                rc = 0;
-                break;
+                if (done) {
+                    rc = 0;
+                    break;
+                }
+                continue; /* the last stable offset is below it: wait for it to pass */
             }
             if (!m->err && m->key_len == keylen && memcmp(m->key, cfg->progress_key, keylen) == 0) {
                 if (last)

@@ -116,6 +116,7 @@ struct sink_ops {
      * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record). */
     int (*txn_open)(struct sink *sk);
     uint64_t (*txn_epoch)(const struct sink *sk);
+    void (*txn_ready)(struct sink *sk, uint64_t epoch);
     void (*txn_recorded)(struct sink *sk, int64_t row_id);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
@@ -214,6 +215,12 @@ static inline int sink_txn_open(struct sink *sk)
 static inline uint64_t sink_txn_epoch(const struct sink *sk)
 {
     return sk->ops->txn_epoch ? sk->ops->txn_epoch(sk) : 0;
+}
+
+static inline void sink_txn_ready(struct sink *sk, uint64_t epoch)
+{
+    if (sk->ops->txn_ready)
+        sk->ops->txn_ready(sk, epoch);
 }
 
 static inline void sink_txn_recorded(struct sink *sk, int64_t row_id)

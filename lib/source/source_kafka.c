@@ -127,6 +127,10 @@ static int make_clients(struct kafka_source *ks, char *err, size_t errlen)
     snprintf(group, sizeof(group), "outbox-inbox.%s", ks->cfg->name);
     if (!settings_kafka_has(ks->cfg->kafka, ks->cfg->n_kafka, "group.id"))
         rd_kafka_conf_set(conf, "group.id", group, kerr, sizeof(kerr));
+    /* committed transactions' messages only (the relay's OUTBOX_EXACTLY_ONCE aborts some);
+     * librdkafka's default, set so that it is seen here (a user's setting wins) */
+    if (!settings_kafka_has(ks->cfg->kafka, ks->cfg->n_kafka, "isolation.level"))
+        rd_kafka_conf_set(conf, "isolation.level", "read_committed", kerr, sizeof(kerr));
     if (!settings_kafka_has(ks->cfg->kafka, ks->cfg->n_kafka, "auto.offset.reset")) /* a new group starts at the oldest message kept */
         rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", kerr, sizeof(kerr));
     /* commits carry only what was applied: offsets are stored by hand, after the commit */
