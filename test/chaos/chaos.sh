@@ -6,7 +6,10 @@
 # twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
 # once. Then every topic is consumed and compared with the table.
 #   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]
-#                       [--sink kafka|rabbitmq]
+#                       [--sink kafka|rabbitmq] [--exactly-once 1]
+# With --exactly-once 1 the relay runs with OUTBOX_EXACTLY_ONCE=1: Kafka is read with
+# read_committed and must hold every row once (duplicates 0); a read_uncommitted read shows
+# that the faults hit open transactions (their aborted messages).
 # With --sink rabbitmq the relay publishes to RabbitMQ (the node of scripts/servers.sh), the
 # node is restarted instead of Kafka, and a durable queue bound to the run's exchange is
 # consumed and compared with the table (test/tools/amqp_check.c).
@@ -20,10 +23,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark sink=kafka
+events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark sink=kafka eos=0
 . "$src/scripts/common.sh" # PG_BIN, and the servers when run alone
-common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete] [--sink kafka|rabbitmq]" \
-    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent --sink=sink" "$@"
+common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete] [--sink kafka|rabbitmq] [--exactly-once 1]" \
+    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent --sink=sink --exactly-once=eos" "$@"
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
     (cd "$src" && common_setup)
     own_servers=1
@@ -48,6 +51,8 @@ if [ "$sink" = rabbitmq ]; then
     "$RELAYTEST_AMQP_BIN" bind "$amqp_url" "$topic_prefix.x" "$topic_prefix.q" "$topic_prefix.#"
     sink_env=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$amqp_url" OUTBOX_RABBITMQ_EXCHANGE="$topic_prefix.x") broker=RabbitMQ
 fi
+[ "$eos" = 1 ] && sink_env+=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_TRANSACTIONAL_ID_PREFIX="$topic_prefix"
+                              OUTBOX_PROGRESS_TOPIC="$topic_prefix.progress")
 say() { printf '# [%s chaos] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 
@@ -233,8 +238,16 @@ if [ "$sink" = rabbitmq ]; then # the same figures under the names outbox-check 
         >"$work/check.out" 2>"$work/check.err" || rc=$?
     sed -i 's/ unique=/ delivered_unique=/; s/ missing=/ lost=/' "$work/check.out"
 else
+    txn=()
+    [ "$eos" = 1 ] && txn=(--transactional)
     "$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
-        >"$work/check.out" 2>"$work/check.err" || rc=$?
+        "${txn[@]}" >"$work/check.out" 2>"$work/check.err" || rc=$?
+fi
+aborted=0
+if [ "$eos" = 1 ]; then # what read_uncommitted sees beyond it: the aborted transactions' messages
+    "$RELAYTEST_CHECK_BIN" --bootstrap "$bootstrap" --topics "$topic_prefix.order" --expected "$work/expected.tsv" \
+        --transactional --read-uncommitted >"$work/check-uncommitted.out" 2>/dev/null || true
+    aborted=$(sed -n 's/.* duplicates=\([0-9]*\).*/\1/p' "$work/check-uncommitted.out")
 fi
 grep -v "has [0-9]* partitions" "$work/check.err" | head -20 >&2 || true
 line=$(cat "$work/check.out")
@@ -242,12 +255,15 @@ val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
 # each kill republishes at most the window; so may each Kafka restart (acknowledgements lost
 # with the connection) and the PostgreSQL crash (marks lost with it)
 dup_bound=$(((done_kills + kafka_restarts + pg_restarts) * inflight))
+[ "$eos" = 1 ] && dup_bound=0 # exactly-once: none for read_committed
 say "duplicates $(val duplicates); bound: ($done_kills kills + $kafka_restarts $broker restarts + $pg_restarts PostgreSQL crash) x OUTBOX_MAX_INFLIGHT $inflight = $dup_bound"
-echo "CHAOS sink=$sink on_sent=$on_sent committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
+echo "CHAOS sink=$sink on_sent=$on_sent exactly_once=$eos aborted=${aborted:-0} committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
 # The kills must have hit rows in flight: duplicates in Kafka, or at least a restart that
 # found rows claimed and not marked by the relay it replaced (its duplicates estimate; a
 # row claimed but not yet acknowledged when the kill came is republished once, not twice).
 hit=$(grep -c "PENDING rows are at or below the highest id a relay had claimed" "$work/relay.log" || true)
+# exactly-once: kills that hit open transactions left aborted messages
+[ "$eos" = 1 ] && hit=$((hit + ${aborted:-0}))
 say "restarts that found rows in flight: $hit"
 # keep mode: the audit publishes what a broken watermark passed before the check above can
 # see it missing, so the run fails if any relay's audit found such a row (its log line;
