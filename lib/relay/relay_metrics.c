@@ -216,9 +216,6 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
     metrics_gauge(o, "outbox_transaction_open_seconds",
                   "OUTBOX_EXACTLY_ONCE: age of the open Kafka transaction (0: none); read_committed "
                   "consumers of the partitions it wrote wait for it.", m->eos_open_seconds);
-    metrics_gauge(o, "outbox_transaction_commit_seconds_total",
-                  "OUTBOX_EXACTLY_ONCE: time spent committing transactions (divided by "
-                  "outbox_transactions_committed_total: the mean commit latency).", m->eos_commit_seconds_total);
     metrics_gauge(o, "outbox_transaction_fence_seconds",
                   "OUTBOX_EXACTLY_ONCE: how long the last fence of older producers and read of the "
                   "progress record took (claims wait for it).", (double)m->eos_fence_ms / 1000.0);
@@ -254,4 +251,7 @@ void metrics_render(const struct metrics *m, const char *version, struct strbuf 
     metrics_histogram(o, "outbox_event_latency_seconds",
                       "Time from the row's created_at to the Kafka acknowledgement.", &m->latency);
     metrics_histogram(o, "outbox_claim_batch_rows", "Rows returned per claim.", &m->batch_rows);
+    metrics_histogram(o, "outbox_transaction_commit_seconds",
+                      "OUTBOX_EXACTLY_ONCE: from asking a transaction's commit to its end (empty otherwise).",
+                      &m->eos_commit);
 }

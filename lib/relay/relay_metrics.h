@@ -43,7 +43,7 @@ struct metrics {
     uint64_t eos_aborted_total;     /* exactly-once: transactions aborted (their rows went again) */
     uint64_t eos_fenced_total;      /* exactly-once: times this relay's producer was fenced */
     uint64_t eos_recovered_total;   /* exactly-once: rows recorded from progress records */
-    double eos_commit_seconds_total; /* exactly-once: time spent committing */
+    struct histogram eos_commit;    /* exactly-once: commit latency (the sink's, copied) */
     double eos_open_seconds;        /* exactly-once: age of the open transaction (0: none) */
     int64_t eos_fence_ms;           /* exactly-once: the last fence and progress read took */
     uint64_t keep_advances_total;   /* keep mode: watermarks moved */

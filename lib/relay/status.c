@@ -130,7 +130,8 @@ static void publish_cb(struct ev_loop *loop, ev_timer *w, int revents)
     m->eos_committed_total = ts.committed;
     m->eos_aborted_total = ts.aborted;
     m->eos_fenced_total = ts.fenced;
-    m->eos_commit_seconds_total = (double)ts.commit_ms_sum / 1000.0;
+    if (ts.commit.n_bounds)
+        m->eos_commit = ts.commit;
     m->eos_open_seconds = ts.open_since_ms ? (double)(mono_ms() - ts.open_since_ms) / 1000.0 : 0.0;
     m->n_paused_topics = r->paused.n < METRICS_MAX_PAUSED ? r->paused.n : METRICS_MAX_PAUSED;
     for (size_t i = 0; i < m->n_paused_topics; i++)

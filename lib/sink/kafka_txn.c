@@ -23,6 +23,7 @@
 #define JOB_TIMEOUT_MS 1000    /* each blocking call; retriable timeouts are called again */
 #define TXN_MAX_MS 100         /* a transaction takes messages for at most this long */
 #define TXN_MAX_ROWS 8000      /* rows in a progress record (committed and not recorded) */
+static const double commit_bounds[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 #define ROW_OPAQUE(i) ((void *)(intptr_t)((i) + 1)) /* NULL: the progress record's message */
 
 /* ---- the thread ------------------------------------------------------------------ */
@@ -159,8 +160,7 @@ static void commit_ok(struct kafka_sink *sk)
     }
     t->state = TXN_IDLE;
     t->stats.committed++;
-    t->stats.commit_ms_sum += mono_ms() - t->ending_ms;
-    t->stats.commit_count++;
+    histogram_observe(&t->stats.commit, (double)(mono_ms() - t->ending_ms) / 1000.0);
     struct txn_held *h = t->held;
     size_t n = t->n_held;
     t->held = NULL;
@@ -538,6 +538,7 @@ int kafka_txn_new(struct kafka_sink *sk, char *err, size_t errlen)
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    histogram_init(&t->stats.commit, commit_bounds, ARRAY_LEN(commit_bounds));
     sk->txn = t;
     if (pthread_create(&t->thread, NULL, txn_thread, sk) != 0) {
         kafka_txn_free(sk);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/metrics.h"
 #include "core/settings.h"
 #include "sink/message.h"
 
@@ -44,8 +45,7 @@ struct sink_config {
 struct sink_txn_stats {
     uint64_t committed, aborted, fenced, recovered;
     int64_t open_since_ms; /* monotonic start of the open transaction, 0: none */
-    int64_t commit_ms_sum;
-    uint64_t commit_count; /* commits timed (commit_ms_sum / commit_count: mean latency) */
+    struct histogram commit; /* seconds from asking the commit to its end */
 };
 
 /* What a failure means to the relay, as counted in outbox_publish_failures_total{reason}. */
