@@ -34,6 +34,7 @@ struct kafka_txn {
     uint64_t epoch, epochs; /* the session that may produce (0: none); sessions so far */
     int ready;              /* the relay recorded the session's progress record: produces go */
     int fence_counted;      /* this producer's fence is counted */
+    int replicas_warned;    /* the progress topic's replication was found below 3 (logged once) */
     int32_t progress_part;  /* the progress topic's partition of this table's key (kafka_txn_read) */
     rd_kafka_topic_t *progress_rkt; /* its handle on the producer (made once fenced) */
     struct txn_held *held;

@@ -13,6 +13,44 @@
 
 #define READ_TIMEOUT_MS 30000
 
+/* The progress topic's cleanup.policy must compact: with delete alone, retention would
+ * remove a table's last record and a takeover would publish its rows again. 0, or -1 with
+ * msg (also when the broker does not answer: asked again at the next try). */
+static int check_policy(rd_kafka_t *c, const char *topic, char *msg, size_t msglen)
+{
+    rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(c);
+    rd_kafka_DescribeConfigs(c, &res, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 3000);
+    const rd_kafka_DescribeConfigs_result_t *r = ev ? rd_kafka_event_DescribeConfigs_result(ev) : NULL;
+    size_t n = 0, nconf = 0;
+    const rd_kafka_ConfigResource_t **rs = r ? rd_kafka_DescribeConfigs_result_resources(r, &n) : NULL;
+    const rd_kafka_ConfigEntry_t **entries = n == 1 ? rd_kafka_ConfigResource_configs(rs[0], &nconf) : NULL;
+    const char *policy = NULL;
+    for (size_t i = 0; i < nconf; i++)
+        if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "cleanup.policy") == 0)
+            policy = rd_kafka_ConfigEntry_value(entries[i]);
+    int rc = 0;
+    if (!policy) {
+        snprintf(msg, msglen, "the progress topic %s: its cleanup.policy could not be read (%s)", topic,
+                 !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
+                 : n == 1 && rd_kafka_ConfigResource_error(rs[0]) ? rd_kafka_ConfigResource_error_string(rs[0])
+                                                                   : "not in the answer");
+        rc = -1;
+    } else if (!strstr(policy, "compact")) {
+        snprintf(msg, msglen, "the progress topic %s has cleanup.policy=%s: retention would delete a "
+                 "table's last progress record, and a relay taking the table over would then publish "
+                 "its rows again; set cleanup.policy=compact (kafka-configs --alter --add-config "
+                 "cleanup.policy=compact) or name another topic (OUTBOX_PROGRESS_TOPIC)", topic, policy);
+        rc = -1;
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_ConfigResource_destroy(res);
+    return rc;
+}
+
 /* The progress topic's partition that holds key, or -1 with msg; creates the topic
  * (compacted, one partition) when it does not exist, and then returns -2 (no record). */
 static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, size_t msglen)
@@ -23,9 +61,11 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
     rd_kafka_resp_err_t err = rd_kafka_metadata(c, 0, rkt, &md, 3000);
     if (!err && md->topic_cnt != 1)
         err = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    int count = -1;
-    if (!err && !md->topics[0].err)
+    int count = -1, replicas = 0;
+    if (!err && !md->topics[0].err) {
         count = md->topics[0].partition_cnt;
+        replicas = count > 0 ? md->topics[0].partitions[0].replica_cnt : 0;
+    }
     else if (!err && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
         count = 0;
     else
@@ -64,8 +104,15 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         rd_kafka_NewTopic_destroy(nt);
         return created ? -2 : -1; /* a new topic holds no record yet */
     }
-    if (count < 0)
+    if (count < 0 || check_policy(c, cfg->progress_topic, msg, msglen) != 0)
         return -1;
+    if (replicas < 3 && !sk->txn->replicas_warned) { /* (a test's single broker) */
+        sk->txn->replicas_warned = 1;
+        log_warn("kafka: the progress topic %s has %d replica%s: a broker's loss can lose the "
+                 "record, and a takeover would then publish rows again (docs/EXACTLY_ONCE.md: "
+                 "replication 3, min.insync.replicas 2)", cfg->progress_topic, replicas,
+                 replicas == 1 ? "" : "s");
+    }
     return rd_kafka_msg_partitioner_murmur2_random(NULL, cfg->progress_key, strlen(cfg->progress_key),
                                                    count, NULL, NULL);
 }

@@ -4,13 +4,27 @@
 # those rows are replaced by new rows with the same ids and new event ids (as a restore, or
 # a sequence set back, would give the ids to new events). The next relay must not take the
 # new rows for the listed ones: it publishes every one of them (to a topic of their own
-# here), none is recorded unpublished.
+# here), none is recorded unpublished. Before that: a progress topic that deletes records
+# is refused with a clear message.
 . "$(dirname "$0")/lib.sh"
 setup_db
 psqlc "INSERT INTO outbox ($OUTBOX_COLS)
        SELECT 'order', 'k' || (g % 20), 'Created', jsonb_build_object('n', g) FROM generate_series(1, 3000) g"
 EOS=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_BATCH_SIZE=200 OUTBOX_MARK_DELAY_MS=1000
      OUTBOX_TRANSACTIONAL_ID_PREFIX="$TOPIC_PREFIX" OUTBOX_PROGRESS_TOPIC="$TOPIC_PREFIX.progress")
+
+# First, a progress topic whose cleanup.policy is delete (retention could remove a table's
+# last record): the relay says so, naming the setting, and publishes nothing.
+"$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" create-topic "$TOPIC_PREFIX.deleted" 1 >/dev/null ||
+    fail "could not create the topic $TOPIC_PREFIX.deleted"
+RELAY_ENV=("${EOS[@]}" OUTBOX_PROGRESS_TOPIC="$TOPIC_PREFIX.deleted")
+start_relay refused >/dev/null
+wait_until 30 "the relay to refuse the progress topic" grep -q "has cleanup.policy=delete" "$WORK/relay-refused.log"
+sleep 1
+[ "$(count_status SENT)" = 0 ] || fail "rows were published with a progress topic that deletes records"
+kill_relay refused
+log "a progress topic with cleanup.policy=delete: refused, nothing published"
+
 RELAY_ENV=("${EOS[@]}" OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=600)
 start_relay first >/dev/null
 dead() { ! kill -0 "$(relay_pid first)" 2>/dev/null; }
