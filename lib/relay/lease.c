@@ -192,6 +192,34 @@ static int send_lease_release(struct relay *r)
 
 /* ---- scan and balance --------------------------------------------------------- */
 
+/* Relays of one table in both modes (OUTBOX_EXACTLY_ONCE on and off) would fence nothing
+ * and hold each other's partitions: a relay that finds the other mode at its first scan
+ * exits, naming the setting; one already running says so once and takes no partition
+ * while they are there. 1 if this scan stops here. */
+static int lease_mixed_modes(struct relay *r, int relays, int eos_relays)
+{
+    int first = r->lease.scans++ == 0, eos = r->cfg->exactly_once;
+    int others = eos ? relays - eos_relays : eos_relays; /* relays in the other mode */
+    if (others <= 0) {
+        r->lease.mixed_logged = 0;
+        return 0;
+    }
+    if (first) {
+        log_error("lease: %d relay%s of %s run%s with OUTBOX_EXACTLY_ONCE=%d and this one with %d: the "
+                  "relays of one table must all be in one mode (to switch, stop them all first: "
+                  "docs/EXACTLY_ONCE.md); exiting", others, others == 1 ? "" : "s", r->cfg->table,
+                  others == 1 ? "s" : "", !eos, eos);
+        relay_finish(r, OUTBOX_EXIT_USAGE);
+        return 1;
+    }
+    if (!r->lease.mixed_logged)
+        log_error("lease: %d relay%s of %s with OUTBOX_EXACTLY_ONCE=%d started beside this one (=%d); "
+                  "it should exit, and this relay takes no partition while it is there", others,
+                  others == 1 ? "" : "s", r->cfg->table, !eos, eos);
+    r->lease.mixed_logged = 1;
+    return 1;
+}
+
 static void lease_scan_ok(struct relay *r, PGresult *res)
 {
     int relays = atoi(PQgetvalue(res, 0, LEASE_SCAN_RELAYS));
@@ -201,6 +229,8 @@ static void lease_scan_ok(struct relay *r, PGresult *res)
     const char *holders = PQgetvalue(res, 0, LEASE_SCAN_FOREIGN_HOLDERS);
     if (relays < 1)
         relays = 1;
+    if (lease_mixed_modes(r, relays, atoi(PQgetvalue(res, 0, LEASE_SCAN_EXACTLY_ONCE))))
+        return;
     if (relays != r->lease.relays && r->lease.relays)
         log_info("lease: %d relays share the table (was %d)", relays, r->lease.relays);
     r->lease.relays = relays;

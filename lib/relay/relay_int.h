@@ -188,6 +188,8 @@ struct lease_set {
     char incarnation[256];      /* relay name/pid: this process in the lease log */
     unsigned char unowned_before[OUTBOX_LEASE_PARTITIONS]; /* no session held it at the last scan */
     char foreign_logged[512];   /* the foreign holders last logged */
+    int scans;                  /* lease scans answered so far */
+    int mixed_logged;           /* relays in the other exactly-once mode were seen (and logged) */
     ev_timer timer;
     ev_timer alive_timer;       /* every sixth of the deadline: a slow statement's proof of life */
 };

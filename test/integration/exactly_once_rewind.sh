@@ -5,7 +5,7 @@
 # a sequence set back, would give the ids to new events). The next relay must not take the
 # new rows for the listed ones: it publishes every one of them (to a topic of their own
 # here), none is recorded unpublished. Before that: a progress topic that deletes records
-# is refused with a clear message.
+# is refused with a clear message; after it, a relay in the other mode is refused.
 . "$(dirname "$0")/lib.sh"
 setup_db
 psqlc "INSERT INTO outbox ($OUTBOX_COLS)
@@ -28,6 +28,7 @@ log "a progress topic with cleanup.policy=delete: refused, nothing published"
 RELAY_ENV=("${EOS[@]}" OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=600)
 start_relay first >/dev/null
 dead() { ! kill -0 "$(relay_pid first)" 2>/dev/null; }
+dead_relay() { ! kill -0 "$(relay_pid "$1")" 2>/dev/null; }
 wait_until 60 "the hook to SIGKILL the relay after a commit, before its record" dead
 rc=0
 wait "$(relay_pid first)" || rc=$?
@@ -54,4 +55,21 @@ grep -q "rows committed to Kafka and not seen recorded, 0 of them recorded now" 
     fail "the second relay recorded rows from the progress record although no listed row is there any more: $(grep 'exactly-once' "$WORK/relay-second.log" | tail -3)"
 CHECK_WHERE="aggregate_type = 'rewound'" check "$TOPIC_PREFIX.rewound" --exact --transactional ||
     fail "a new row with a listed id was recorded without being published (or went twice)"
-log "ok: the $rewound new rows were all published once; none taken for a listed row"
+log "the $rewound new rows were all published once; none taken for a listed row"
+
+# Relays of one table in both modes are refused: one without OUTBOX_EXACTLY_ONCE started
+# beside one with it exits at its first lease scan, naming the setting, holding nothing.
+RELAY_ENV=("${EOS[@]}")
+start_relay eo >/dev/null
+wait_until 30 "the exactly-once relay to hold the table" metric_is eo outbox_lease_partitions_held 64
+RELAY_ENV=(OUTBOX_EXACTLY_ONCE=0)
+start_relay plain >/dev/null
+rc=0
+wait_until 30 "the relay in the other mode to exit" dead_relay plain
+wait "$(relay_pid plain)" || rc=$?
+[ "$rc" = 2 ] && grep -q "OUTBOX_EXACTLY_ONCE=1 and this one with 0" "$WORK/relay-plain.log" ||
+    fail "a relay without exactly-once beside one with it exited $rc: $(grep -i 'lease' "$WORK/relay-plain.log" | tail -2)"
+grep -q "acquired" "$WORK/relay-plain.log" && fail "the relay in the other mode took lease partitions"
+metric_is eo outbox_lease_partitions_held 64 || fail "the exactly-once relay lost the table to the other mode's relay"
+stop_relay eo || fail "relay eo exited $? on SIGTERM"
+log "ok: mixed modes refused; the $rewound new rows published once"
