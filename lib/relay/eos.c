@@ -107,7 +107,8 @@ static void recover_ok(struct relay *r, PGresult *res)
                  "were already); claiming", (long long)r->m.eos_fence_ms, r->eos.n, done);
         claim_want(r);
     }
-    free_pending(r);
+    if (r->eos.pending_epoch == r->eos.sent_epoch) /* (a newer session's rows wait for their own) */
+        free_pending(r);
 }
 
 static const struct worker_stmt recover_stmt = {

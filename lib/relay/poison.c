@@ -130,6 +130,11 @@ static int dl_send(struct relay *r, size_t i)
         d->payload_len = 0;
         return dl_send(r, i);
     }
+    if (q == SINK_FULL) { /* backpressure, not a failed send (exactly-once: a transaction
+                           * ending, or one of rows open): not counted */
+        dl_arm(r);
+        return 0;
+    }
     d->attempts++;
     const char *why = q == SINK_UNFIT ? "the broker can never take it"
                       : err           ? sink_err_str(r->sink, err)

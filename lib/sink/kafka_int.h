@@ -63,6 +63,7 @@ struct kafka_txn {
     int wake[2];
     ev_io wake_io;
     uint64_t rows_produced;
+    struct log_limit retry_log; /* a commit or abort called again and again */
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_commit; /* SIGKILL before a commit once this many rows were produced */
 #endif

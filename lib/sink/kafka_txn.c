@@ -31,10 +31,16 @@ static const double commit_bounds[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
 /* init_transactions, called again while it times out (retriable) and the job stands. */
 static rd_kafka_error_t *init_fence(struct kafka_sink *sk, rd_kafka_t *rk)
 {
+    int64_t logged = mono_ms();
     for (;;) {
         rd_kafka_error_t *e = rd_kafka_init_transactions(rk, JOB_TIMEOUT_MS);
         if (!e || !rd_kafka_error_is_retriable(e) || kafka_txn_cancelled(sk->txn))
             return e;
+        if (mono_ms() - logged >= 10000) { /* (no coordinator: a transaction log that cannot be written) */
+            log_warn("kafka: exactly-once: fencing older producers (init_transactions) still fails: %s; "
+                     "trying again", rd_kafka_error_string(e));
+            logged = mono_ms();
+        }
         rd_kafka_error_destroy(e);
     }
 }
@@ -259,7 +265,10 @@ enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt,
         *errp = RD_KAFKA_RESP_ERR__STATE; /* not fenced in yet: the relay does not claim then */
         return SINK_FAILED;
     }
-    if (!t->ready || t->state == TXN_ENDING || t->committed.n + t->n_held >= TXN_MAX_ROWS ||
+    /* a dead-letter copy (row_id < 0) goes in a transaction of its own, so that a failing
+     * dead-letter topic aborts no row's transaction */
+    int mixed = t->state == TXN_OPEN && t->n_held && (row_id < 0) != (t->held[0].row_id < 0);
+    if (!t->ready || t->state == TXN_ENDING || mixed || t->committed.n + t->n_held >= TXN_MAX_ROWS ||
         (t->state == TXN_OPEN && t->n_held && mono_ms() - t->opened_ms >= TXN_MAX_MS))
         return SINK_FULL; /* goes on once the transaction ended, or rows were recorded */
     if (t->state == TXN_IDLE) {
@@ -367,6 +376,11 @@ static void ended(struct kafka_sink *sk, enum txn_job job, rd_kafka_error_t *e)
         t->stats.aborted++;
         fail_held(sk, KAFKA_ERR_TXN_ABORTED, 1);
     } else if (rd_kafka_error_is_retriable(e)) {
+        long held;
+        if (mono_ms() - t->ending_ms >= 5000 && log_limit_due(&t->retry_log, 10000, &held))
+            log_warn("kafka: exactly-once: %s a transaction has taken %lld ms so far (%s); called again",
+                     job == JOB_COMMIT ? "committing" : "aborting", (long long)(mono_ms() - t->ending_ms),
+                     rd_kafka_error_string(e));
         ask(t, job); /* timed out: called again, it resumes */
     } else if (job == JOB_COMMIT && rd_kafka_error_txn_requires_abort(e)) {
         log_warn("kafka: exactly-once: a transaction's commit failed (%s); it is aborted and its "

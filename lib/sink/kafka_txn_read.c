@@ -15,7 +15,7 @@
 
 /* The progress topic's cleanup.policy must compact: with delete alone, retention would
  * remove a table's last record and a takeover would publish its rows again. 0, or -1 with
- * msg (also when the broker does not answer: asked again at the next try). */
+ * msg; a policy that cannot be read is logged, not refused. */
 static int check_policy(rd_kafka_t *c, const char *topic, char *msg, size_t msglen)
 {
     rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
@@ -31,12 +31,12 @@ static int check_policy(rd_kafka_t *c, const char *topic, char *msg, size_t msgl
         if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "cleanup.policy") == 0)
             policy = rd_kafka_ConfigEntry_value(entries[i]);
     int rc = 0;
-    if (!policy) {
-        snprintf(msg, msglen, "the progress topic %s: its cleanup.policy could not be read (%s)", topic,
+    if (!policy) { /* (DESCRIBE_CONFIGS not granted, say): said, not refused */
+        log_warn("kafka: the progress topic %s: its cleanup.policy could not be read (%s); it must "
+                 "be compact (docs/EXACTLY_ONCE.md)", topic,
                  !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
                  : n == 1 && rd_kafka_ConfigResource_error(rs[0]) ? rd_kafka_ConfigResource_error_string(rs[0])
                                                                    : "not in the answer");
-        rc = -1;
     } else if (!strstr(policy, "compact")) {
         snprintf(msg, msglen, "the progress topic %s has cleanup.policy=%s: retention would delete a "
                  "table's last progress record, and a relay taking the table over would then publish "
@@ -117,6 +117,28 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
                                                    count, NULL, NULL);
 }
 
+/* Whether the read reached end: the high watermark the first fetch after the fence saw
+ * (not the end a read_committed consumer is told of, the last stable offset, which an open
+ * transaction of another table holds back below this table's newer records; and a busy
+ * partition may not tell of an end at all). The consumer's position passes transaction
+ * markers and aborted batches too. */
+static int read_done(rd_kafka_t *c, const char *topic, int32_t part, int64_t *end)
+{
+    int64_t lo = -1, hi = -1;
+    if (*end < 0 && rd_kafka_get_watermark_offsets(c, topic, part, &lo, &hi) == 0 && hi >= 0) {
+        *end = hi;
+        if (lo >= hi) /* nothing in it */
+            return 1;
+    }
+    if (*end < 0)
+        return 0;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, part);
+    int done = rd_kafka_position(c, l) == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].offset >= *end;
+    rd_kafka_topic_partition_list_destroy(l);
+    return done;
+}
+
 /* Reads this table's last progress record with read_committed, from the start of its
  * partition up to the end (compaction keeps it short). The end is the high watermark the
  * first fetch after the fence sees, not the first end the consumer is told of: that is the
@@ -166,30 +188,20 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
         snprintf(msg, msglen, "the progress record was not read within %d ms (an open transaction of "
                  "another producer holds the partition's last stable offset back?)", READ_TIMEOUT_MS);
         while (mono_ms() < deadline && !kafka_txn_cancelled(t)) {
-            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
-            if (!m)
-                continue;
-            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                int64_t lo, hi;
-                if (end < 0 && rd_kafka_get_watermark_offsets(c, cfg->progress_topic, part, &lo, &hi) == 0)
-                    end = hi; /* (the fetch that told of this end told of it) */
-                int done = end >= 0 && m->offset >= end;
-                rd_kafka_message_destroy(m);
-                if (done) {
-                    rc = 0;
-                    break;
-                }
-                continue; /* the last stable offset is below it: wait for it to pass */
-            }
-            if (!m->err && m->key_len == keylen && memcmp(m->key, cfg->progress_key, keylen) == 0) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+            if (m && !m->err && m->key_len == keylen && memcmp(m->key, cfg->progress_key, keylen) == 0) {
                 if (last)
                     rd_kafka_message_destroy(last);
                 last = m;
-                continue;
+            } else if (m) {
+                if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !warned++)
+                    log_warn("kafka: reading the progress record: %s", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
             }
-            if (m->err && !warned++)
-                log_warn("kafka: reading the progress record: %s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
+            if (read_done(c, cfg->progress_topic, part, &end)) {
+                rc = 0;
+                break;
+            }
         }
     }
     if (rc == 0)
