@@ -136,9 +136,7 @@ static int dl_send(struct relay *r, size_t i)
         return 0;
     }
     d->attempts++;
-    const char *why = q == SINK_UNFIT ? "the broker can never take it"
-                      : err           ? sink_err_str(r->sink, err)
-                                      : "the producer's queue is full";
+    const char *why = q == SINK_UNFIT ? "the broker can never take it" : sink_err_str(r->sink, err);
     if (q == SINK_UNFIT || d->attempts >= DL_MAX_ATTEMPTS) {
         log_error("relay: dead-letter copy of row %lld not sent, for good after %d attempt%s: %s (the row stays "
                   "FAILED with its reason)", (long long)d->id, d->attempts, d->attempts == 1 ? "" : "s", why);

@@ -360,20 +360,23 @@ static enum sink_queued k_produce(struct sink *base, const struct message *msg, 
         rd_kafka_headers_t *hdrs = rd_kafka_headers_new(msg->n_headers);
         for (size_t i = 0; i < msg->n_headers; i++)
             rd_kafka_header_add(hdrs, msg->headers[i].name, -1, msg->headers[i].value, -1);
+        void *opaque = (void *)(intptr_t)row_id;
         if (sk->txn) { /* exactly-once: into the open transaction, reported at its end */
-            enum sink_queued q = kafka_txn_produce(sk, rkt, key, value, value_len, hdrs, timestamp_ms,
-                                                   row_id, msg->event_id, errp);
-            if (q != SINK_QUEUED)
+            enum sink_queued q = kafka_txn_admit(sk, row_id, &opaque, errp);
+            if (q != SINK_QUEUED) {
                 rd_kafka_headers_destroy(hdrs);
-            return q;
+                return q;
+            }
         }
         err = rd_kafka_producev(
             sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, value_len),
             RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
-            RD_KAFKA_V_OPAQUE((void *)(intptr_t)row_id), RD_KAFKA_V_END);
+            RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
         if (err)
             rd_kafka_headers_destroy(hdrs); /* owned by the message only on success */
+        else if (sk->txn)
+            kafka_txn_held(sk, rkt, row_id, msg->event_id);
     }
     *errp = (int)err;
     switch (err) {

@@ -137,9 +137,11 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen);
 void kafka_txn_free(struct kafka_sink *sk);
 /* The producer's settings in this mode (transactional.id, the timeouts). */
 int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen);
-enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt, const char *key,
-                                   const char *value, size_t value_len, rd_kafka_headers_t *hdrs,
-                                   int64_t timestamp_ms, int64_t row_id, const char *event_id, int *errp);
+/* Whether a message may go into the open transaction (beginning one if none is open):
+ * SINK_QUEUED with the opaque to produce it with, or why not (*errp on SINK_FAILED). */
+enum sink_queued kafka_txn_admit(struct kafka_sink *sk, int64_t row_id, void **opaque, int *errp);
+/* The admitted message was produced: its report waits for the transaction's end. */
+void kafka_txn_held(struct kafka_sink *sk, rd_kafka_topic_t *rkt, int64_t row_id, const char *event_id);
 /* A report of a message produced in a transaction (opaque as given to produce). */
 void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *topic, int maybe_persisted);
 /* Before the producer goes: the thread's job ends first, the open transaction is aborted

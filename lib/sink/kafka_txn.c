@@ -255,9 +255,7 @@ static void end_txn(struct kafka_sink *sk)
     ask(t, t->failed ? JOB_ABORT : JOB_COMMIT);
 }
 
-enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt, const char *key,
-                                   const char *value, size_t value_len, rd_kafka_headers_t *hdrs,
-                                   int64_t timestamp_ms, int64_t row_id, const char *event_id, int *errp)
+enum sink_queued kafka_txn_admit(struct kafka_sink *sk, int64_t row_id, void **opaque, int *errp)
 {
     struct kafka_txn *t = sk->txn;
     *errp = 0;
@@ -283,23 +281,13 @@ enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt,
     }
     if (!t->n_held)
         t->opened_ms = mono_ms();
-    rd_kafka_resp_err_t err = rd_kafka_producev(
-        sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, value_len),
-        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
-        RD_KAFKA_V_OPAQUE(ROW_OPAQUE(t->n_held)), RD_KAFKA_V_END);
-    *errp = (int)err;
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_NO_ERROR:
-        break;
-    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-        return SINK_FULL;
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-        return SINK_UNFIT;
-    default:
-        return SINK_FAILED;
-    }
+    *opaque = ROW_OPAQUE(t->n_held);
+    return SINK_QUEUED;
+}
+
+void kafka_txn_held(struct kafka_sink *sk, rd_kafka_topic_t *rkt, int64_t row_id, const char *event_id)
+{
+    struct kafka_txn *t = sk->txn;
     if (t->n_held == t->cap_held) {
         t->cap_held = t->cap_held ? t->cap_held * 2 : 256;
         t->held = xrealloc(t->held, t->cap_held * sizeof(*t->held));
@@ -308,7 +296,6 @@ enum sink_queued kafka_txn_produce(struct kafka_sink *sk, rd_kafka_topic_t *rkt,
                                              rd_kafka_topic_name(rkt), 0};
     t->outstanding++;
     t->rows_produced++;
-    return SINK_QUEUED;
 }
 
 void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *topic, int maybe_persisted)
@@ -359,7 +346,6 @@ static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *ms
      * producer took a second more) */
     if (!t->progress_rkt)
         t->progress_rkt = rd_kafka_topic_new(sk->rk, sk->cfg->progress_topic, NULL);
-    t->stats.recovered += t->n_rec;
     sk->cb.on_recovered(sk->ctx, t->epoch, t->rec_id, t->rec_event_id, t->n_rec, NULL);
     free_rec(t);
 }

@@ -43,7 +43,7 @@ struct sink_config {
 
 /* Exactly-once: what the sink has done in transactions (a Kafka sink in that mode). */
 struct sink_txn_stats {
-    uint64_t committed, aborted, fenced, recovered;
+    uint64_t committed, aborted, fenced;
     int64_t open_since_ms; /* monotonic start of the open transaction, 0: none */
     struct histogram commit; /* seconds from asking the commit to its end */
 };

@@ -59,7 +59,7 @@ wait_until 60 "relay taker to take the table over and commit" metric_at_least ta
 kill -CONT "$(relay_pid frozen)"
 wait_until 60 "the resumed relay to stop publishing (lease lost or producer fenced)" \
     grep -qE "lease: lost|fenced|exactly-once: .*(fenc|epoch)" "$WORK/relay-frozen.log"
-stop_relay frozen || true
+stop_relay frozen || fail "the resumed relay exited $? on SIGTERM"
 
 kill -TERM "$writer" 2>/dev/null || true # (a background job ignores SIGINT)
 wait "$writer" 2>/dev/null || true
