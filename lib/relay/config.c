@@ -148,7 +148,7 @@ static const struct setting settings[] = {
      "progress record, rows are recorded only after its commit, and a relay that takes the "
      "table over fences the older producer and records what it committed before it claims; "
      "consumers read with isolation.level=read_committed. One relay of the table publishes at "
-     "a time (the others wait). Kafka sink, native layout, mark and delete modes "
+     "a time (the others wait). Kafka sink only; every mode and layout "
      "(docs/EXACTLY_ONCE.md)"},
     {"OUTBOX_TRANSACTIONAL_ID_PREFIX", "transactional-id-prefix", SETTING_STRING,
      OFF(transactional_id_prefix), "", 0, 0, config_check_relay_name,
@@ -327,12 +327,10 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
         return set_err(err, errlen, "OUTBOX_RABBITMQ_CERT_FILE and OUTBOX_RABBITMQ_KEY_FILE: give both or neither");
     if (strcmp(cfg->sink, "rabbitmq") != 0 && cfg->rabbitmq_url[0])
         return set_err(err, errlen, "OUTBOX_RABBITMQ_URL: applies only with OUTBOX_SINK=rabbitmq");
-    if (cfg->exactly_once && (cfg->rabbitmq || cfg->keep || cfg->debezium))
-        return set_err(err, errlen, "OUTBOX_EXACTLY_ONCE: %s", cfg->rabbitmq
-                       ? "Kafka's only: RabbitMQ has no transactions across publishes; its consumers "
-                         "remove duplicates with outbox-inbox (docs/EXACTLY_ONCE.md)"
-                       : cfg->keep ? "not yet in keep mode; use OUTBOX_ON_SENT=mark or delete"
-                       : "the native layout's only for now (OUTBOX_LAYOUT=native)");
+    if (cfg->exactly_once && cfg->rabbitmq)
+        return set_err(err, errlen, "OUTBOX_EXACTLY_ONCE: Kafka's only: RabbitMQ has no transactions "
+                       "across publishes; its consumers remove duplicates with outbox-inbox "
+                       "(docs/EXACTLY_ONCE.md)");
     if (cfg->exactly_once && !cfg->transactional_id_prefix[0])
         return set_err(err, errlen, "OUTBOX_TRANSACTIONAL_ID_PREFIX: required with OUTBOX_EXACTLY_ONCE=1: a "
                        "name for this database, unique among the Kafka cluster's transactional "

@@ -388,10 +388,10 @@ void keep_audit_send(struct relay *r)
     worker_send(r, &audit_stmt, r->sql.keep_audit, 5, params);
 }
 
-void keep_mark_result(struct relay *r, const PGresult *res)
+long long keep_mark_result(struct relay *r, const PGresult *res)
 {
     if (PQntuples(res) != 1)
-        return;
+        return 0;
     long long refused = pg_int(PQgetvalue(res, 0, KEEP_MARK_REFUSED));
     r->keep.dirty = 1;
     if (refused > 0) {
@@ -400,6 +400,7 @@ void keep_mark_result(struct relay *r, const PGresult *res)
         log_warn("keep: %lld acknowledged rows not recorded: this session no longer holds their lease "
                  "partitions (their new holder publishes them again)", refused);
     }
+    return refused;
 }
 
 void keep_session_new(struct relay *r)

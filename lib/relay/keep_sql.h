@@ -1,5 +1,5 @@
 /* OUTBOX_ON_SENT=keep's SQL (keep_sql.c, schema/007_keep.sql): the statements that replace
- * mark mode's mark, park, note_failed, row_failed, stats, purge and duplicates, keep mode's own,
+ * mark mode's mark, recover, park, note_failed, row_failed, stats, purge and duplicates, keep mode's own,
  * and its parts of the claim, each built from the table's quoted names. outbox.c puts the
  * statements into struct outbox_sql; the loop (keep.c) and keep_leave.c run them. Below
  * outbox.h: it includes this file, never the other way round. */
@@ -12,7 +12,7 @@
  * outbox_sql, whose fields of the same names say what their parameters are). */
 struct keep_statements {
     int lease_key; /* the table's advisory lock key (outbox_lease_key) */
-    char *mark, *park, *note_failed, *row_failed, *stats, *purge, *duplicates, *orphans, *partitions;
+    char *mark, *recover, *park, *note_failed, *row_failed, *stats, *purge, *duplicates, *orphans, *partitions;
     char *keep_advance, *keep_audit, *keep_check;
 };
 void keep_sql_init(struct keep_statements *sql, const char *schema_q, const char *table_q, const char *name,

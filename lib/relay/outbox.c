@@ -358,7 +358,7 @@ static void use_keep_statements(struct outbox_sql *sql, const char *schema_q, co
     keep_sql_init(&k, schema_q, table_q, name, sql->lease_key);
     struct {
         char **to, *from;
-    } moves[] = {{&sql->mark, k.mark}, {&sql->park, k.park}, {&sql->note_failed, k.note_failed},
+    } moves[] = {{&sql->mark, k.mark}, {&sql->recover, k.recover}, {&sql->park, k.park}, {&sql->note_failed, k.note_failed},
                  {&sql->row_failed, k.row_failed}, {&sql->stats, k.stats}, {&sql->purge, k.purge},
                  {&sql->duplicates, k.duplicates}, {&sql->orphans, k.orphans}, {&sql->partitions, k.partitions},
                  {&sql->keep_advance, k.keep_advance}, {&sql->keep_audit, k.keep_audit},

@@ -28,7 +28,7 @@ struct outbox_sql {
                             value (0 before the first id, NULL when this role may not read it),
                             max(id), max(W), the sequence's name */
     char *recover;       /* exactly-once: $1 ids, $2 their event ids, from the progress record:
-                            recorded as mark or delete would (eos.c) */
+                            recorded as mark, delete or keep mode's record would (eos.c) */
     char *park;          /* $1 id, $2 reason */
     char *note_failed;   /* $1 ids, $2 reason: last_error only, attempts unchanged */
     char *row_failed;    /* $1 id, $2 reason, $3 max attempts: attempts+1, parks at the limit */

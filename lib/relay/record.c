@@ -19,11 +19,14 @@ static void record_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void mark_ok(struct relay *r, PGresult *res)
 {
+    long long refused = 0;
     if (r->cfg->keep) {
-        keep_mark_result(r, res);
+        refused = keep_mark_result(r, res);
         keep_published(r, res);
     }
-    if (r->cfg->exactly_once) /* recorded: they leave the next progress records */
+    /* recorded: they leave the next progress records (not when keep mode refused some: which
+     * is not said, and a row committed but not recorded must stay in the record) */
+    if (r->cfg->exactly_once && refused == 0)
         for (size_t i = 0; i < r->win.n; i++)
             if (r->win.rows[i].state == ROW_MARKING)
                 sink_txn_recorded(r->sink, r->win.rows[i].id);

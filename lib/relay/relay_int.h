@@ -326,7 +326,8 @@ int keep_check_due(const struct relay *r);
 void keep_check_send(struct relay *r);
 int keep_advance_due(const struct relay *r);
 void keep_advance_send(struct relay *r);
-void keep_mark_result(struct relay *r, const PGresult *res);
+/* A keep-mode mark's result: the count of rows it refused (their lease partition not held). */
+long long keep_mark_result(struct relay *r, const PGresult *res);
 void keep_published(struct relay *r, const PGresult *res);
 void keep_forget_published(struct relay *r);
 int keep_unsaved(const struct relay *r);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Exactly-once into Kafka (OUTBOX_EXACTLY_ONCE=1) under writers: the relay is SIGKILLed five
-# times at each of three points, and started again each time:
+# Exactly-once into Kafka (OUTBOX_EXACTLY_ONCE=1) under writers, in mark mode (as
+# exactly_once_keep in keep mode, as exactly_once_debezium on Debezium's outbox table): the
+# relay is SIGKILLed five times at each of three points, and started again each time:
 # - after a transaction's messages were produced and acknowledged, before its commit
 #   (OUTBOX_TESTHOOK_KILL_BEFORE_COMMIT_AFTER): the next relay's fence aborts it and the
 #   rows go again;
@@ -16,11 +17,13 @@
 . "$(dirname "$0")/lib.sh"
 setup_db
 psqlc "INSERT INTO aggregate (id) SELECT 'k' || g FROM generate_series(1, 40) g"
+cols=$OUTBOX_COLS id=
+[ "$LAYOUT" = debezium ] && cols="id, $OUTBOX_COLS" id="gen_random_uuid(), " # (Debezium's table: no default)
 cat >"$WORK/writer.sql" <<SQL
 \set k random(1, 40)
 BEGIN;
 UPDATE aggregate SET version = version + 1 WHERE id = 'k' || :k;
-INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k));
+INSERT INTO outbox ($cols) VALUES (${id}'order', 'k' || :k, 'Updated', jsonb_build_object('key', 'k' || :k));
 COMMIT;
 SQL
 # writers at about 250 rows/s for as long as the kills take (stopped below)

@@ -290,9 +290,20 @@ delete_mode_refuses() {
 bell_armed() { [ "$(psqlc "SELECT pg_sequence_last_value('outbox_bell') IS NOT NULL")" = t ]; }
 
 # grant_roles TABLE: deploy/roles.sql for public.TABLE, relay it_relay, writer it_writer.
+# Tried up to three times: its GRANT of a role (pg_read_all_stats) is cluster-wide, and two
+# tests setting up at the same moment can both insert the membership (a unique violation in
+# pg_auth_members for the second; seen with three tests started together).
 grant_roles() {
-    PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$DSN" -v schema=public -v table="$1" -v relay=it_relay -v writer=it_writer \
-        -f "$RELAYTEST_SRC/deploy/roles.sql" >/dev/null || fail "deploy/roles.sql failed for $1"
+    local try
+    for try in 1 2 3; do
+        PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q "$DSN" -v ON_ERROR_STOP=1 -v schema=public \
+            -v table="$1" -v relay=it_relay -v writer=it_writer -f "$RELAYTEST_SRC/deploy/roles.sql" \
+            >/dev/null 2>"$WORK/roles.err" && return 0
+        grep -q 'pg_auth_members' "$WORK/roles.err" || break
+        sleep 0.$((RANDOM % 5 + 1))
+    done
+    cat "$WORK/roles.err" >&2
+    fail "deploy/roles.sql failed for $1"
 }
 
 # port_open PORT: something listens on 127.0.0.1:PORT (a condition for wait_until)
