@@ -18,6 +18,7 @@ src=$(pwd)
 
 bash scripts/deps.sh || exit 1
 bash test/env/kafka.sh fetch || exit 1
+bash test/env/kafka.sh fetch-tools || exit 1 # Kafka's AclCommand (exactly_once_acl)
 KAFKA_VERSION=3.9.1 bash test/env/kafka.sh fetch || exit 1 # the SCRAM broker of the tls test
 bash test/env/connect.sh fetch || exit 1 # Kafka Connect and Debezium, for the side-by-side test
 

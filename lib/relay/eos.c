@@ -12,6 +12,7 @@
 #include "relay/relay_int.h"
 
 #define EOS_RETRY_MS 1000
+#define EOS_RETRY_MAX_MS 10000
 
 static void free_pending(struct relay *r)
 {
@@ -61,12 +62,24 @@ void eos_on_recovered(struct relay *r, uint64_t epoch, const int64_t *ids, char 
 {
     r->eos.opening = 0;
     free_pending(r);
-    if (err) {
-        log_warn("exactly-once: %s; trying again in %d ms", err, EOS_RETRY_MS);
-        r->eos.open_due_ms = mono_ms() + EOS_RETRY_MS;
+    long held;
+    if (err) { /* (the same failure again and again, a missing ACL say: tried again after 1 s,
+                * then twice as long each time up to 10 s; said when it changes, else at most
+                * every 30 s) */
+        r->eos.retry_ms = r->eos.retry_ms ? r->eos.retry_ms * 2 : EOS_RETRY_MS;
+        if (r->eos.retry_ms > EOS_RETRY_MAX_MS)
+            r->eos.retry_ms = EOS_RETRY_MAX_MS;
+        int changed = strncmp(r->eos.last_err, err, sizeof(r->eos.last_err) - 1) != 0;
+        snprintf(r->eos.last_err, sizeof(r->eos.last_err), "%s", err);
+        if (log_limit_due(&r->eos.fail_log, 30000, &held) || changed)
+            log_warn("exactly-once: %s; nothing is published until it succeeds; trying again in %d ms%s",
+                     err, r->eos.retry_ms, held ? " (it failed meanwhile too)" : "");
+        r->eos.open_due_ms = mono_ms() + r->eos.retry_ms;
         relay_want_kick(r);
         return;
     }
+    r->eos.retry_ms = 0;
+    r->eos.last_err[0] = '\0';
     r->m.eos_fence_ms = mono_ms() - r->eos.open_sent_ms;
     if (n == 0) {
         r->eos.ready_epoch = epoch;

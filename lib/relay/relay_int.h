@@ -166,7 +166,9 @@ struct eos_state {
     size_t n;
     int opening;            /* the sink fences and reads; on_recovered follows */
     int64_t open_sent_ms, open_due_ms; /* monotonic */
-    struct log_limit wait_log;
+    int retry_ms;           /* after the last failed fence or read (0: none failed since the last success) */
+    char last_err[200];     /* the last failure said (a new one is said at once) */
+    struct log_limit wait_log, fail_log;
 };
 
 /* lease.c: a lease log row not yet written. */

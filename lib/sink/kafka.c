@@ -97,7 +97,10 @@ static void on_error(struct kafka_sink *sk, int err, const char *reason)
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char fatal[512];
         rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
-        log_error("kafka: fatal producer error %s: %s", rd_kafka_err2name(ferr), fatal);
+        char hint[400] = "";
+        if (sk->txn) /* (exactly-once: what it asks of the operator, an ACL say) */
+            kafka_txn_hint(sk->cfg, ferr, hint, sizeof(hint));
+        log_error("kafka: fatal producer error %s: %s%s", rd_kafka_err2name(ferr), fatal, hint);
         if (sk->txn)
             kafka_txn_note_fatal(sk, ferr);
         if (!sk->fatal_reported) {

@@ -34,7 +34,7 @@ struct kafka_txn {
     uint64_t epoch, epochs; /* the session that may produce (0: none); sessions so far */
     int ready;              /* the relay recorded the session's progress record: produces go */
     int fence_counted;      /* this producer's fence is counted */
-    int replicas_warned;    /* the progress topic's replication was found below 3 (logged once) */
+    int replicas_warned;    /* the progress topic: replicas below 3 or min.insync.replicas below 2 (logged once) */
     int32_t progress_part;  /* the progress topic's partition of this table's key (kafka_txn_read) */
     rd_kafka_topic_t *progress_rkt; /* its handle on the producer (made once fenced) */
     struct txn_held *held;
@@ -56,7 +56,7 @@ struct kafka_txn {
     int initialized;            /* init_transactions done on this producer (the thread's; 0 when the
                                    producer goes: kafka_txn_drop) */
     rd_kafka_error_t *done_err; /* the job's error, or NULL */
-    char done_msg[512];         /* JOB_INIT's failure */
+    char done_msg[1024];       /* JOB_INIT's failure */
     int64_t *rec_id;            /* JOB_INIT's progress record */
     char **rec_event_id;
     size_t n_rec;
@@ -134,6 +134,10 @@ static inline int kafka_txn_cancelled(struct kafka_txn *t)
 /* kafka_txn_read.c (on the transactions' thread): this table's last progress record, read
  * with read_committed into t->rec_*. 0, or -1 with msg. */
 int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen);
+/* What a broker's error code met in exactly-once mode asks of the operator (the ACLs the
+ * relay's principal lacks, a broker without a transaction coordinator), as "; ..." to
+ * append to the error's own text, or "". Returns buf. */
+const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, size_t len);
 void kafka_txn_free(struct kafka_sink *sk);
 /* The producer's settings in this mode (transactional.id, the timeouts). */
 int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen);

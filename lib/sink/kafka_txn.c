@@ -28,18 +28,21 @@ static const double commit_bounds[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
 
 /* ---- the thread ------------------------------------------------------------------ */
 
-/* init_transactions, called again while it times out (retriable) and the job stands. */
+/* init_transactions, called again while it times out (retriable) and the job stands;
+ * said after 3 s, then every 30 s. */
 static rd_kafka_error_t *init_fence(struct kafka_sink *sk, rd_kafka_t *rk)
 {
-    int64_t logged = mono_ms();
+    int64_t due = mono_ms() + 3000;
     for (;;) {
         rd_kafka_error_t *e = rd_kafka_init_transactions(rk, JOB_TIMEOUT_MS);
         if (!e || !rd_kafka_error_is_retriable(e) || kafka_txn_cancelled(sk->txn))
             return e;
-        if (mono_ms() - logged >= 10000) { /* (no coordinator: a transaction log that cannot be written) */
-            log_warn("kafka: exactly-once: fencing older producers (init_transactions) still fails: %s; "
-                     "trying again", rd_kafka_error_string(e));
-            logged = mono_ms();
+        if (mono_ms() >= due) {
+            char hint[400];
+            log_warn("kafka: exactly-once: fencing older producers (init_transactions) still fails: "
+                     "%s%s; nothing is published until it succeeds; trying again", rd_kafka_error_string(e),
+                     kafka_txn_hint(sk->cfg, rd_kafka_error_code(e), hint, sizeof(hint)));
+            due = mono_ms() + 30000;
         }
         rd_kafka_error_destroy(e);
     }
@@ -59,7 +62,7 @@ static void *txn_thread(void *arg)
         rd_kafka_t *rk = sk->rk;
         pthread_mutex_unlock(&t->mu);
         rd_kafka_error_t *e = NULL;
-        char msg[512] = "";
+        char msg[1024] = "";
         if (job == JOB_INIT) {
             e = t->initialized ? NULL : init_fence(sk, rk);
             t->initialized = !e;
@@ -212,7 +215,7 @@ static void txn_fatal(struct kafka_sink *sk, const rd_kafka_error_t *e, const ch
 }
 
 /* The progress record of this transaction: every row committed and not recorded, and the
- * transaction's own, by id and event id. */
+ * transaction's own so far, by id and event id. */
 static int produce_progress(struct kafka_sink *sk)
 {
     struct kafka_txn *t = sk->txn;
@@ -296,6 +299,12 @@ void kafka_txn_held(struct kafka_sink *sk, rd_kafka_topic_t *rkt, int64_t row_id
                                              rd_kafka_topic_name(rkt), 0};
     t->outstanding++;
     t->rows_produced++;
+    /* A first progress record right after the transaction's first row: the progress
+     * partition joins the transaction while the rows go, so the record at the end (the one
+     * that counts: later in the partition, committed with this one) waits for no
+     * AddPartitionsToTxn round trip of its own before the commit. */
+    if (t->n_held == 1 && row_id > 0 && !t->failed && produce_progress(sk) != 0)
+        t->failed = 1;
 }
 
 void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *topic, int maybe_persisted)
@@ -329,8 +338,9 @@ static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *ms
         return;
     }
     if (e || msg[0]) {
-        char why[600];
-        snprintf(why, sizeof(why), "%s", e ? rd_kafka_error_string(e) : msg);
+        char why[1500], hint[400];
+        snprintf(why, sizeof(why), "%s%s", e ? rd_kafka_error_string(e) : msg,
+                 e ? kafka_txn_hint(sk->cfg, rd_kafka_error_code(e), hint, sizeof(hint)) : "");
         t->state = TXN_CLOSED;
         free_rec(t);
         sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, why); /* asked again later */
@@ -384,7 +394,7 @@ static void done_cb(struct ev_loop *loop, ev_io *w, int revents)
     struct kafka_sink *sk = w->data;
     struct kafka_txn *t = sk->txn;
     wake_pipe_drain(t->wake[0]);
-    char msg[512];
+    char msg[1024];
     pthread_mutex_lock(&t->mu);
     enum txn_job job = t->done_job;
     rd_kafka_error_t *e = t->done_err;

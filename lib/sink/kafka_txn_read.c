@@ -13,10 +13,49 @@
 
 #define READ_TIMEOUT_MS 30000
 
+const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    switch (code) {
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        snprintf(buf, len, "; the relay's principal needs WRITE and DESCRIBE on TransactionalId %s "
+                 "(a prefixed ACL on OUTBOX_TRANSACTIONAL_ID_PREFIX covers every table; "
+                 "docs/EXACTLY_ONCE.md)", cfg->transactional_id);
+        break;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        snprintf(buf, len, "; the relay's principal needs READ, WRITE and DESCRIBE on the progress "
+                 "topic %s, and WRITE and DESCRIBE on the topics it publishes to (docs/EXACTLY_ONCE.md)",
+                 cfg->progress_topic);
+        break;
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        snprintf(buf, len, "; the relay's principal lacks a cluster ACL: IdempotentWrite (brokers "
+                 "before Kafka 3.0), or CREATE to make the progress topic %s (or make it yourself: "
+                 "docs/EXACTLY_ONCE.md)", cfg->progress_topic);
+        break;
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
+        snprintf(buf, len, "; no transaction coordinator answered: the cluster cannot keep "
+                 "transactions while its transaction state log (__transaction_state) has fewer "
+                 "live brokers than transaction.state.log.replication.factor or "
+                 "transaction.state.log.min.isr, or the broker cannot be reached");
+        break;
+    case RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
+        snprintf(buf, len, "; the broker does not support transactions (Kafka 0.11 or later)");
+        break;
+    default:
+        break;
+    }
+    return buf;
+}
+
 /* The progress topic's cleanup.policy must compact: with delete alone, retention would
  * remove a table's last record and a takeover would publish its rows again. 0, or -1 with
- * msg; a policy that cannot be read is logged, not refused. */
-static int check_policy(rd_kafka_t *c, const char *topic, char *msg, size_t msglen)
+ * msg; a policy that cannot be read is logged, not refused. *min_isr: its
+ * min.insync.replicas, -1 when not read. */
+static int check_policy(rd_kafka_t *c, const char *topic, int *min_isr, char *msg, size_t msglen)
 {
     rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
     rd_kafka_queue_t *q = rd_kafka_queue_new(c);
@@ -27,9 +66,14 @@ static int check_policy(rd_kafka_t *c, const char *topic, char *msg, size_t msgl
     const rd_kafka_ConfigResource_t **rs = r ? rd_kafka_DescribeConfigs_result_resources(r, &n) : NULL;
     const rd_kafka_ConfigEntry_t **entries = n == 1 ? rd_kafka_ConfigResource_configs(rs[0], &nconf) : NULL;
     const char *policy = NULL;
-    for (size_t i = 0; i < nconf; i++)
-        if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "cleanup.policy") == 0)
-            policy = rd_kafka_ConfigEntry_value(entries[i]);
+    *min_isr = -1;
+    for (size_t i = 0; i < nconf; i++) {
+        const char *name = rd_kafka_ConfigEntry_name(entries[i]), *v = rd_kafka_ConfigEntry_value(entries[i]);
+        if (strcmp(name, "cleanup.policy") == 0)
+            policy = v;
+        else if (strcmp(name, "min.insync.replicas") == 0 && v)
+            *min_isr = atoi(v);
+    }
     int rc = 0;
     if (!policy) { /* (DESCRIBE_CONFIGS not granted, say): said, not refused */
         log_warn("kafka: the progress topic %s: its cleanup.policy could not be read (%s); it must "
@@ -68,9 +112,12 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
     }
     else if (!err && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
         count = 0;
-    else
-        snprintf(msg, msglen, "the progress topic %s: %s", cfg->progress_topic,
-                 rd_kafka_err2str(err ? err : md->topics[0].err));
+    else {
+        char hint[400];
+        rd_kafka_resp_err_t e = err ? err : md->topics[0].err;
+        snprintf(msg, msglen, "the progress topic %s: %s%s", cfg->progress_topic, rd_kafka_err2str(e),
+                 kafka_txn_hint(cfg, e, hint, sizeof(hint)));
+    }
     if (md)
         rd_kafka_metadata_destroy(md);
     rd_kafka_topic_destroy(rkt);
@@ -94,24 +141,33 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         if (created) /* else (made meanwhile by another relay too) read on the next try */
             log_info("kafka: created the progress topic %s (compacted, one partition, the broker's "
                      "default replication factor)", cfg->progress_topic);
-        else
-            snprintf(msg, msglen, "creating the progress topic %s: %s", cfg->progress_topic,
+        else {
+            char hint[400];
+            int code = !ev ? 0 : rd_kafka_event_error(ev) ? (int)rd_kafka_event_error(ev)
+                     : n == 1 ? (int)rd_kafka_topic_result_error(tr[0]) : 0;
+            snprintf(msg, msglen, "creating the progress topic %s: %s%s", cfg->progress_topic,
                      !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
-                     : n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
+                     : n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no result",
+                     kafka_txn_hint(cfg, code, hint, sizeof(hint)));
+        }
         if (ev)
             rd_kafka_event_destroy(ev);
         rd_kafka_queue_destroy(q);
         rd_kafka_NewTopic_destroy(nt);
         return created ? -2 : -1; /* a new topic holds no record yet */
     }
-    if (count < 0 || check_policy(c, cfg->progress_topic, msg, msglen) != 0)
+    int min_isr;
+    if (count < 0 || check_policy(c, cfg->progress_topic, &min_isr, msg, msglen) != 0)
         return -1;
-    if (replicas < 3 && !sk->txn->replicas_warned) { /* (a test's single broker) */
+    if ((replicas < 3 || (min_isr >= 0 && min_isr < 2)) && !sk->txn->replicas_warned) { /* (a test's single broker) */
         sk->txn->replicas_warned = 1;
-        log_warn("kafka: the progress topic %s has %d replica%s: a broker's loss can lose the "
-                 "record, and a takeover would then publish rows again (docs/EXACTLY_ONCE.md: "
-                 "replication 3, min.insync.replicas 2)", cfg->progress_topic, replicas,
-                 replicas == 1 ? "" : "s");
+        char isr[32] = "not readable";
+        if (min_isr >= 0)
+            snprintf(isr, sizeof(isr), "%d", min_isr);
+        log_warn("kafka: the progress topic %s has %d replica%s and min.insync.replicas %s: a "
+                 "broker's loss can lose a record it acknowledged, and a takeover would then "
+                 "publish rows again (docs/EXACTLY_ONCE.md: replication 3, min.insync.replicas 2)",
+                 cfg->progress_topic, replicas, replicas == 1 ? "" : "s", isr);
     }
     return rd_kafka_msg_partitioner_murmur2_random(NULL, cfg->progress_key, strlen(cfg->progress_key),
                                                    count, NULL, NULL);
@@ -194,9 +250,16 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
                     rd_kafka_message_destroy(last);
                 last = m;
             } else if (m) {
-                if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !warned++)
+                int denied = m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+                if (denied) { /* (no READ on the progress topic: not worth the 30 s) */
+                    char hint[400];
+                    snprintf(msg, msglen, "reading the progress record: %s%s", rd_kafka_message_errstr(m),
+                             kafka_txn_hint(cfg, m->err, hint, sizeof(hint)));
+                } else if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !warned++)
                     log_warn("kafka: reading the progress record: %s", rd_kafka_message_errstr(m));
                 rd_kafka_message_destroy(m);
+                if (denied)
+                    break;
             }
             if (read_done(c, cfg->progress_topic, part, &end)) {
                 rc = 0;

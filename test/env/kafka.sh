@@ -19,6 +19,18 @@
 #                               (SCRAM-SHA-512; USER created at format time with the
 #                               password in PASSWORD_FILE; PEM holds the server's PKCS#8
 #                               key and certificate chain); brokers talk PLAINTEXT on PORT+2
+#   kafka.sh acl DIR PORT USER PASSWORD_FILE
+#                               one node that authorizes every request by ACLs
+#                               (StandardAuthorizer, nothing allowed without one): its client
+#                               listener on 127.0.0.1:PORT is SASL_PLAINTEXT with PLAIN, where
+#                               USER logs in with the password in PASSWORD_FILE; its PLAINTEXT
+#                               listener on PORT+2 (a superuser: brokers, tests, ACLs) is open
+#   kafka.sh allow DIR RESOURCE NAME literal|prefixed PRINCIPAL OPERATION[,OPERATION...]
+#                               ACLs on an acl node (through its PLAINTEXT listener, with
+#                               Kafka's AclCommand): PRINCIPAL (User:name) may each OPERATION
+#                               (Read, Write, Describe, Create, DescribeConfigs) on RESOURCE
+#                               (topic, transactional-id) NAME
+#   kafka.sh fetch-tools        download Kafka's command-line tools (for allow)
 #   kafka.sh producers DIR TOPIC
 #                               the producers (id:epoch, one per line) whose record batches are
 #                               in TOPIC's log segments on the node in DIR, read from the files
@@ -31,6 +43,8 @@
 #                               already logged in stay so until they reconnect
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# KAFKA_TXN_LOG_RF sets a new node's transaction.state.log.replication.factor (above the
+# brokers' count: a cluster without transactions, whose coordinator never comes).
 # KAFKA_VERSION picks another broker release (its jars cached apart); the default is the
 # one kafka-pom.xml names.
 default_version=$(sed -n 's|.*<artifactId>kafka_2.13</artifactId><version>\(.*\)</version>.*|\1|p' "$here/kafka-pom.xml")
@@ -55,6 +69,27 @@ fetch() {
         -DincludeScope=runtime -DoutputDirectory="$jars" >&2
     rm -f "$jars/pom.xml"
     touch "$jars/.complete"
+}
+
+tools=$HOME/.cache/outbox-relay/kafka-tools-jars-$version
+fetch_tools() {
+    if [ -f "$tools/.complete" ]; then return 0; fi
+    mkdir -p "$tools"
+    mvn -B -q -f "$here/kafka-tools-pom.xml" \
+        org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$tools" >&2
+    touch "$tools/.complete"
+}
+
+allow() {
+    local dir=$1 resource=$2 name=$3 pattern=$4 principal=$5 port op ops=()
+    port=$(cat "$dir/port")
+    for op in ${6//,/ }; do ops+=(--operation "$op"); done
+    fetch_tools
+    java -cp "$tools/*" -Dlog4j2.configurationFile="$here/log4j2-warn.properties" org.apache.kafka.tools.AclCommand \
+        --bootstrap-server "127.0.0.1:$((port + 2))" --add --allow-principal "$principal" "${ops[@]}" \
+        "--$resource" "$name" --resource-pattern-type "$pattern" >"$dir/acl.log" 2>&1 ||
+        { cat "$dir/acl.log" >&2; return 1; }
 }
 
 wait_port() { # port seconds
@@ -89,7 +124,7 @@ min.insync.replicas=$isr
 auto.create.topics.enable=true
 offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=$rf
+transaction.state.log.replication.factor=${KAFKA_TXN_LOG_RF:-$rf}
 transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=$rf
@@ -176,6 +211,27 @@ PROPS
     wait_node "$dir"
 }
 
+acl() {
+    local dir=$1 port=$2 user=$3 password
+    password=$(cat "$4")
+    fetch
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    node "$dir" "$((port + 2))" 1 "1@127.0.0.1:$((port + 3))" "$(cluster_id)" 1
+    cat >>"$dir/server.properties" <<PROPS
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,PLAINTEXT://127.0.0.1:$((port + 2)),CONTROLLER://127.0.0.1:$((port + 3))
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port,PLAINTEXT://127.0.0.1:$((port + 2)),CONTROLLER://127.0.0.1:$((port + 3))
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$user="$password";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+PROPS
+    echo "$port" >"$dir/port"
+    launch "$dir"
+    wait_node "$dir" && wait_port $((port + 2)) 30
+}
+
 scram() {
     local dir=$1 user=$2 password port
     password=$(cat "$3")
@@ -239,6 +295,9 @@ kill) stop "$2" KILL ;;
 cluster) cluster "$2" "$3" ;;
 restart) restart "$2" ;;
 secure) secure "$2" "$3" "$4" "$5" "$6" ;;
+acl) acl "$2" "$3" "$4" "$5" ;;
+allow) allow "$2" "$3" "$4" "$5" "$6" "$7" ;;
+fetch-tools) fetch_tools ;;
 scram) scram "$2" "$3" "$4" ;;
 proxied) proxied "$2" "$3" "$4" ;;
 *) echo "usage: $0 fetch | start DIR PORT | stop DIR | kill DIR | cluster DIR PORT | restart DIR" >&2; exit 2 ;;
