@@ -61,21 +61,20 @@ static void keep_sql_rows(struct keep_statements *sql, const struct keep_names *
         k->pub, k->parked, k->schema_q, k->name);
     /* Exactly-once: rows the progress record says were committed to Kafka ($1 ids, $2 their
      * event ids), recorded as marks record them if the row with that id is still the one
-     * published (same event id), above its partition's W, not recorded yet, and its lease
-     * partition is held by this session. The count of rows recorded. */
+     * published (same event id), not recorded yet, and its lease partition is held by this
+     * session. At or below W too: a row requeued, or one the audit found unpublished, is
+     * claimed there and its mark records it there. The count of rows recorded. */
     char *rec = recorded(k, "o.lease_partition", "o.id");
     free(sql->recover);
     sql->recover = xasprintf(
         "WITH r AS (SELECT o.id, o.lease_partition AS p FROM unnest($1::int8[], $2::text[]) AS u(id, event_id)"
         "  JOIN %s o ON o.id = u.id AND o.event_id::text = u.event_id"
-        "  WHERE o.status = 'PENDING'"
-        "   AND o.id > coalesce((SELECT w FROM %s WHERE lease_partition = o.lease_partition), 0)"
-        "   AND NOT %s AND " HOLDS_LEASE("%d", "o.lease_partition") "),"
+        "  WHERE o.status = 'PENDING' AND NOT %s AND " HOLDS_LEASE("%d", "o.lease_partition") "),"
         " ins AS (INSERT INTO %s (lease_partition, low, top, ids)"
         "  SELECT p, min(id), max(id), array_agg(id ORDER BY id) FROM r GROUP BY p RETURNING 1),"
         " req AS (DELETE FROM %s k USING r WHERE k.id = r.id AND NOT k.failed RETURNING 1)"
         " SELECT count(*) FROM r",
-        k->table_q, k->wm, rec, sql->lease_key, k->pub, k->parked);
+        k->table_q, rec, sql->lease_key, k->pub, k->parked);
     free(rec);
     /* Parks and failed attempts, like marks and advances, are written only while this
      * session holds the row's lease partition: a relay cut off and back must not write an

@@ -34,6 +34,7 @@ struct kafka_txn {
     uint64_t epoch, epochs; /* the session that may produce (0: none); sessions so far */
     int ready;              /* the relay recorded the session's progress record: produces go */
     int fence_counted;      /* this producer's fence is counted */
+    int policy_warned;      /* the progress topic's cleanup.policy could not be read (logged once) */
     int replicas_warned;    /* the progress topic: replicas below 3 or min.insync.replicas below 2 (logged once) */
     int32_t progress_part;  /* the progress topic's partition of this table's key (kafka_txn_read) */
     rd_kafka_topic_t *progress_rkt; /* its handle on the producer (made once fenced) */
@@ -41,6 +42,7 @@ struct kafka_txn {
     size_t n_held, cap_held;
     size_t outstanding; /* messages of the transaction (the progress one too) without a report */
     int failed;         /* one of them failed: the transaction is aborted */
+    struct log_limit progress_err_log; /* a progress record's delivery failed (said every 30 s) */
     int64_t opened_ms;  /* monotonic */
     int64_t ending_ms;
     struct progress_rows committed; /* committed to Kafka, not seen recorded in PostgreSQL */
@@ -139,7 +141,8 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen);
  * append to the error's own text, or "". Returns buf. */
 const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, size_t len);
 void kafka_txn_free(struct kafka_sink *sk);
-/* The producer's settings in this mode (transactional.id, the timeouts). */
+/* kafka_txn_conf.c: the producer's settings in this mode (transactional.id, the timeouts;
+ * refused with a librdkafka older than 2.0.2). */
 int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen);
 /* Whether a message may go into the open transaction (beginning one if none is open):
  * SINK_QUEUED with the opaque to produce it with, or why not (*errp on SINK_FAILED). */

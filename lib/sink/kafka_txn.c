@@ -215,8 +215,10 @@ static void txn_fatal(struct kafka_sink *sk, const rd_kafka_error_t *e, const ch
 }
 
 /* The progress record of this transaction: every row committed and not recorded, and the
- * transaction's own so far, by id and event id. */
-static int produce_progress(struct kafka_sink *sk)
+ * transaction's own so far, by id and event id. early: the first record, right after the
+ * first row, which only registers the partition early: one that cannot be queued is left
+ * out (0), not a reason to abort. */
+static int produce_progress(struct kafka_sink *sk, int early)
 {
     struct kafka_txn *t = sk->txn;
     struct progress_rows mine = {0};
@@ -234,6 +236,10 @@ static int produce_progress(struct kafka_sink *sk)
         RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(sb.buf, sb.len), RD_KAFKA_V_OPAQUE(NULL),
         RD_KAFKA_V_END);
     strbuf_destroy(&sb);
+    if (err && early) {
+        log_debug("kafka: exactly-once: the first progress record was left out: %s", rd_kafka_err2str(err));
+        return 0;
+    }
     if (err)
         log_warn("kafka: exactly-once: the progress record could not be produced: %s; the "
                  "transaction is aborted", rd_kafka_err2str(err));
@@ -253,7 +259,7 @@ static void end_txn(struct kafka_sink *sk)
         kill(getpid(), SIGKILL);
     }
 #endif
-    if (!t->failed && produce_progress(sk) != 0)
+    if (!t->failed && produce_progress(sk, 0) != 0)
         t->failed = 1;
     ask(t, t->failed ? JOB_ABORT : JOB_COMMIT);
 }
@@ -303,8 +309,8 @@ void kafka_txn_held(struct kafka_sink *sk, rd_kafka_topic_t *rkt, int64_t row_id
      * partition joins the transaction while the rows go, so the record at the end (the one
      * that counts: later in the partition, committed with this one) waits for no
      * AddPartitionsToTxn round trip of its own before the commit. */
-    if (t->n_held == 1 && row_id > 0 && !t->failed && produce_progress(sk) != 0)
-        t->failed = 1;
+    if (t->n_held == 1 && row_id > 0 && !t->failed)
+        produce_progress(sk, 1);
 }
 
 void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *topic, int maybe_persisted)
@@ -312,6 +318,13 @@ void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *
     struct kafka_txn *t = sk->txn;
     (void)topic;
     if (!opaque) { /* the progress record: the commit fails with it */
+        long held;
+        char hint[400];
+        int purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+        if (err && !purged && log_limit_due(&t->progress_err_log, 30000, &held)) /* (a purge follows another error) */
+            log_warn("kafka: exactly-once: a progress record's delivery failed: %s%s; its transaction "
+                     "is aborted and its rows go again", rd_kafka_err2str((rd_kafka_resp_err_t)err),
+                     kafka_txn_hint(sk->cfg, err, hint, sizeof(hint)));
         if (err)
             t->failed = 1;
         return;
@@ -511,32 +524,6 @@ void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out)
         return;
     *out = t->stats;
     out->open_since_ms = (t->state == TXN_OPEN || t->state == TXN_ENDING) && t->n_held ? t->opened_ms : 0;
-}
-
-/* The user's own value of a Kafka property, or NULL. */
-static const char *user_prop(const struct sink_config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (strcmp(cfg->kafka[i].name, name) == 0)
-            return cfg->kafka[i].value;
-    return NULL;
-}
-
-int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen)
-{
-    const struct sink_config *cfg = sk->cfg;
-    char v[32], kerr[512];
-    snprintf(v, sizeof(v), "%d", cfg->transaction_timeout_ms);
-    const char *txn_timeout = user_prop(cfg, "transaction.timeout.ms");
-    const char *msg_timeout = user_prop(cfg, "message.timeout.ms");
-    const char *set[][2] = {{"transactional.id", cfg->transactional_id},
-                            {"transaction.timeout.ms", txn_timeout ? txn_timeout : v},
-                            /* a message not delivered within its transaction aborts it */
-                            {"message.timeout.ms", msg_timeout ? msg_timeout : txn_timeout ? txn_timeout : v}};
-    for (size_t i = 0; i < ARRAY_LEN(set); i++)
-        if (rd_kafka_conf_set(conf, set[i][0], set[i][1], kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK)
-            return set_err(err, errlen, "exactly-once: %s: %s", set[i][0], kerr);
-    return 0;
 }
 
 int kafka_txn_new(struct kafka_sink *sk, char *err, size_t errlen)

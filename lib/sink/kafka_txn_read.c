@@ -13,49 +13,11 @@
 
 #define READ_TIMEOUT_MS 30000
 
-const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    switch (code) {
-    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-        snprintf(buf, len, "; the relay's principal needs WRITE and DESCRIBE on TransactionalId %s "
-                 "(a prefixed ACL on OUTBOX_TRANSACTIONAL_ID_PREFIX covers every table; "
-                 "docs/EXACTLY_ONCE.md)", cfg->transactional_id);
-        break;
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-        snprintf(buf, len, "; the relay's principal needs READ, WRITE and DESCRIBE on the progress "
-                 "topic %s, and WRITE and DESCRIBE on the topics it publishes to (docs/EXACTLY_ONCE.md)",
-                 cfg->progress_topic);
-        break;
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-        snprintf(buf, len, "; the relay's principal lacks a cluster ACL: IdempotentWrite (brokers "
-                 "before Kafka 3.0), or CREATE to make the progress topic %s (or make it yourself: "
-                 "docs/EXACTLY_ONCE.md)", cfg->progress_topic);
-        break;
-    case RD_KAFKA_RESP_ERR__TIMED_OUT:
-    case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
-    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
-    case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
-        snprintf(buf, len, "; no transaction coordinator answered: the cluster cannot keep "
-                 "transactions while its transaction state log (__transaction_state) has fewer "
-                 "live brokers than transaction.state.log.replication.factor or "
-                 "transaction.state.log.min.isr, or the broker cannot be reached");
-        break;
-    case RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
-        snprintf(buf, len, "; the broker does not support transactions (Kafka 0.11 or later)");
-        break;
-    default:
-        break;
-    }
-    return buf;
-}
-
 /* The progress topic's cleanup.policy must compact: with delete alone, retention would
  * remove a table's last record and a takeover would publish its rows again. 0, or -1 with
  * msg; a policy that cannot be read is logged, not refused. *min_isr: its
  * min.insync.replicas, -1 when not read. */
-static int check_policy(rd_kafka_t *c, const char *topic, int *min_isr, char *msg, size_t msglen)
+static int check_policy(rd_kafka_t *c, const char *topic, int *min_isr, int *warned, char *msg, size_t msglen)
 {
     rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
     rd_kafka_queue_t *q = rd_kafka_queue_new(c);
@@ -75,13 +37,13 @@ static int check_policy(rd_kafka_t *c, const char *topic, int *min_isr, char *ms
             *min_isr = atoi(v);
     }
     int rc = 0;
-    if (!policy) { /* (DESCRIBE_CONFIGS not granted, say): said, not refused */
+    if (!policy && !(*warned)++) { /* (DESCRIBE_CONFIGS not granted, say): said once, not refused */
         log_warn("kafka: the progress topic %s: its cleanup.policy could not be read (%s); it must "
                  "be compact (docs/EXACTLY_ONCE.md)", topic,
                  !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
                  : n == 1 && rd_kafka_ConfigResource_error(rs[0]) ? rd_kafka_ConfigResource_error_string(rs[0])
                                                                    : "not in the answer");
-    } else if (!strstr(policy, "compact")) {
+    } else if (policy && !strstr(policy, "compact")) {
         snprintf(msg, msglen, "the progress topic %s has cleanup.policy=%s: retention would delete a "
                  "table's last progress record, and a relay taking the table over would then publish "
                  "its rows again; set cleanup.policy=compact (kafka-configs --alter --add-config "
@@ -145,10 +107,15 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
             char hint[400];
             int code = !ev ? 0 : rd_kafka_event_error(ev) ? (int)rd_kafka_event_error(ev)
                      : n == 1 ? (int)rd_kafka_topic_result_error(tr[0]) : 0;
+            int denied = code == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                         code == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED;
+            if (denied)
+                snprintf(hint, sizeof(hint), "; the relay's principal needs CREATE on the progress topic "
+                         "(or the cluster) to make it, or make it yourself (docs/EXACTLY_ONCE.md)");
             snprintf(msg, msglen, "creating the progress topic %s: %s%s", cfg->progress_topic,
                      !ev ? "no answer" : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
                      : n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : "no result",
-                     kafka_txn_hint(cfg, code, hint, sizeof(hint)));
+                     denied ? hint : kafka_txn_hint(cfg, code, hint, sizeof(hint)));
         }
         if (ev)
             rd_kafka_event_destroy(ev);
@@ -157,7 +124,7 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         return created ? -2 : -1; /* a new topic holds no record yet */
     }
     int min_isr;
-    if (count < 0 || check_policy(c, cfg->progress_topic, &min_isr, msg, msglen) != 0)
+    if (count < 0 || check_policy(c, cfg->progress_topic, &min_isr, &sk->txn->policy_warned, msg, msglen) != 0)
         return -1;
     if ((replicas < 3 || (min_isr >= 0 && min_isr < 2)) && !sk->txn->replicas_warned) { /* (a test's single broker) */
         sk->txn->replicas_warned = 1;
@@ -195,6 +162,34 @@ static int read_done(rd_kafka_t *c, const char *topic, int32_t part, int64_t *en
     return done;
 }
 
+/* The progress read's consumer: the user's Kafka settings, read_committed, no group (the
+ * partition is read with the simple consumer, so the principal needs no group ACL: with a
+ * group.id librdkafka looks the group's coordinator up, which a cluster with ACLs refuses
+ * without READ on the group; and nothing is committed). NULL with msg. */
+static rd_kafka_t *progress_consumer(const struct sink_config *cfg, char *msg, size_t msglen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char kerr[512];
+    if (settings_kafka_apply(conf, cfg->kafka, cfg->n_kafka, msg, msglen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    static const char *const consumer[][2] = {{"isolation.level", "read_committed"},
+                                              {"enable.partition.eof", "true"},
+                                              {"enable.auto.offset.store", "false"},
+                                              {"auto.commit.enable", "false"},
+                                              {"client.id", "outbox-relay-progress"}};
+    for (size_t i = 0; i < ARRAY_LEN(consumer); i++)
+        rd_kafka_conf_set(conf, consumer[i][0], consumer[i][1], kerr, sizeof(kerr));
+    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, kerr, sizeof(kerr));
+    if (!c) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(msg, msglen, "the progress record's consumer: %s", kerr);
+    }
+    return c;
+}
+
 /* Reads this table's last progress record with read_committed, from the start of its
  * partition up to the end (compaction keeps it short). The end is the high watermark the
  * first fetch after the fence sees, not the first end the consumer is told of: that is the
@@ -204,28 +199,9 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
 {
     struct kafka_txn *t = sk->txn;
     const struct sink_config *cfg = sk->cfg;
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    char kerr[512];
-    if (settings_kafka_apply(conf, cfg->kafka, cfg->n_kafka, msg, msglen) != 0) {
-        rd_kafka_conf_destroy(conf);
+    rd_kafka_t *c = progress_consumer(cfg, msg, msglen);
+    if (!c)
         return -1;
-    }
-    static const char *const consumer[][2] = {{"isolation.level", "read_committed"},
-                                              {"enable.partition.eof", "true"},
-                                              {"enable.auto.commit", "false"},
-                                              {"client.id", "outbox-relay-progress"},
-                                              /* assigned, never joined: the name only */
-                                              {"group.id", "outbox-relay-progress"}};
-    for (size_t i = 0; i < ARRAY_LEN(consumer); i++)
-        rd_kafka_conf_set(conf, consumer[i][0], consumer[i][1], kerr, sizeof(kerr));
-    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
-    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, kerr, sizeof(kerr));
-    if (!c) {
-        rd_kafka_conf_destroy(conf);
-        snprintf(msg, msglen, "the progress record's consumer: %s", kerr);
-        return -1;
-    }
-    rd_kafka_poll_set_consumer(c);
     int rc = -1, part = progress_partition(sk, c, msg, msglen), warned = 0;
     rd_kafka_message_t *last = NULL;
     if (part == -2) {
@@ -233,18 +209,20 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
         rc = 0;
         t->progress_part = 0;
     }
-    if (part >= 0) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-        rd_kafka_topic_partition_list_add(l, cfg->progress_topic, part)->offset = RD_KAFKA_OFFSET_BEGINNING;
-        rd_kafka_assign(c, l);
-        rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_topic_t *rkt = part >= 0 ? rd_kafka_topic_new(c, cfg->progress_topic, NULL) : NULL;
+    if (rkt && rd_kafka_consume_start(rkt, part, RD_KAFKA_OFFSET_BEGINNING) == -1) {
+        snprintf(msg, msglen, "reading the progress record: %s", rd_kafka_err2str(rd_kafka_last_error()));
+        rd_kafka_topic_destroy(rkt);
+        rkt = NULL;
+    }
+    if (rkt) {
         int64_t deadline = mono_ms() + READ_TIMEOUT_MS, end = -1;
         size_t keylen = strlen(cfg->progress_key);
         t->progress_part = part;
         snprintf(msg, msglen, "the progress record was not read within %d ms (an open transaction of "
                  "another producer holds the partition's last stable offset back?)", READ_TIMEOUT_MS);
         while (mono_ms() < deadline && !kafka_txn_cancelled(t)) {
-            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+            rd_kafka_message_t *m = rd_kafka_consume(rkt, part, 100);
             if (m && !m->err && m->key_len == keylen && memcmp(m->key, cfg->progress_key, keylen) == 0) {
                 if (last)
                     rd_kafka_message_destroy(last);
@@ -266,6 +244,8 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
                 break;
             }
         }
+        rd_kafka_consume_stop(rkt, part);
+        rd_kafka_topic_destroy(rkt);
     }
     if (rc == 0)
         msg[0] = '\0';
@@ -273,7 +253,6 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
         rc = progress_parse(last->payload, last->len, &t->rec_id, &t->rec_event_id, &t->n_rec, msg, msglen);
     if (last)
         rd_kafka_message_destroy(last);
-    rd_kafka_consumer_close(c);
     rd_kafka_destroy(c);
     return rc;
 }
