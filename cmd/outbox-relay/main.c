@@ -16,6 +16,7 @@
 #include "relay/relay.h"
 #include "relay/schema.h"
 #include "core/kafka.h"
+#include "sink/kafka.h"
 #include "sink/rabbitmq.h"
 #include "sink/sink.h"
 
@@ -135,6 +136,14 @@ static int check_config(const struct config *cfg)
         }
     } else if (kafka_check_reachable(cfg->kafka, cfg->n_kafka) != 0) {
         reached = 0;
+    } else if (cfg->exactly_once) {
+        char err[1024];
+        struct sink_config sink_cfg;
+        config_sink(cfg, &sink_cfg);
+        if (sink_kafka_txn_check(&sink_cfg, err, sizeof(err)) != 0) {
+            log_error("check-config: exactly-once: %s", err);
+            reached = 0;
+        }
     }
     return reached ? OUTBOX_EXIT_OK : OUTBOX_EXIT_FAILED;
 }

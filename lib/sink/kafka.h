@@ -17,5 +17,11 @@ int32_t sink_kafka_partition(const char *key, size_t keylen, int count);
 /* A Kafka error as the relay takes it: the row's, the topic's, the producer's or
  * transient. */
 enum failure_reason sink_kafka_classify(int err);
+/* --check-config with OUTBOX_EXACTLY_ONCE=1 (kafka_txn_read.c): what can be checked without
+ * fencing a running relay: the progress topic may be described, and if it exists, compacts
+ * (its replicas and min.insync.replicas said, warned about when low); a missing one is said
+ * (the relay makes it, with CREATE). The TransactionalId's ACL shows only at the fence. 0,
+ * or -1 with err. */
+int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen);
 
 #endif

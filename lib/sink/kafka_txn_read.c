@@ -190,6 +190,44 @@ static rd_kafka_t *progress_consumer(const struct sink_config *cfg, char *msg, s
     return c;
 }
 
+int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen)
+{
+    rd_kafka_t *c = progress_consumer(cfg, err, errlen);
+    if (!c)
+        return -1;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, rkt, &md, 5000);
+    if (!e && md->topic_cnt == 1)
+        e = md->topics[0].err;
+    int rc = 0, replicas = !e && md->topics[0].partition_cnt > 0 ? md->topics[0].partitions[0].replica_cnt : 0;
+    int min_isr = -1, warned = 0;
+    char hint[400];
+    if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        log_info("check-config: exactly-once: the progress topic %s does not exist yet; the relay "
+                 "makes it (compacted, one partition), which needs CREATE on it", cfg->progress_topic);
+    else if (e) {
+        snprintf(err, errlen, "the progress topic %s: %s%s", cfg->progress_topic, rd_kafka_err2str(e),
+                 kafka_txn_hint(cfg, e, hint, sizeof(hint)));
+        rc = -1;
+    } else if (check_policy(c, cfg->progress_topic, &min_isr, &warned, err, errlen) != 0) {
+        rc = -1;
+    } else {
+        char isr[32] = "not readable";
+        if (min_isr >= 0)
+            snprintf(isr, sizeof(isr), "%d", min_isr);
+        log_info("check-config: exactly-once: the progress topic %s: %d replica%s, min.insync.replicas "
+                 "%s%s", cfg->progress_topic, replicas, replicas == 1 ? "" : "s", isr,
+                 replicas < 3 || min_isr < 2 ? " (below replication 3 and min.insync.replicas 2: a "
+                 "broker's loss can lose a record; docs/EXACTLY_ONCE.md)" : "");
+    }
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_destroy(c);
+    return rc;
+}
+
 /* Reads this table's last progress record with read_committed, from the start of its
  * partition up to the end (compaction keeps it short). The end is the high watermark the
  * first fetch after the fence sees, not the first end the consumer is told of: that is the

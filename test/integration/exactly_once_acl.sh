@@ -58,6 +58,16 @@ step "the TransactionalId ACL" "needs WRITE and DESCRIBE on TransactionalId"
 allow transactional-id "$TOPIC_PREFIX" prefixed User:relay Write,Describe
 allow topic "$TOPIC_PREFIX.order" literal User:relay Write,Describe
 step "the progress topic's DESCRIBE" "Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE on the progress topic"
+# check_config WANT_RC REGEX: --check-config with r1's settings exits WANT_RC, saying REGEX
+check_config() {
+    local rc=0
+    relay_env
+    env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" "$RELAYTEST_RELAY_BIN" --check-config >"$WORK/check-config.log" 2>&1 || rc=$?
+    [ "$rc" = "$1" ] && grep -qE -- "$2" "$WORK/check-config.log" ||
+        fail "--check-config: exit $rc, want $1 saying '$2': $(tail -3 "$WORK/check-config.log")"
+    log "--check-config: exit $rc: $(grep -m1 -E -- "$2" "$WORK/check-config.log" | cut -c30-220)"
+}
+check_config 1 "check-config: exactly-once: the progress topic .*Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE"
 allow topic "$TOPIC_PREFIX.progress" literal User:relay Describe
 step "the progress topic's CREATE" "needs CREATE on the progress topic"
 allow topic "$TOPIC_PREFIX.progress" literal User:relay Create
@@ -72,6 +82,7 @@ log "the other topic's WRITE: $(grep -m1 -F "topic $TOPIC_PREFIX.other paused" "
 [ "$(count_where "aggregate_type = 'other' AND status = 'SENT'")" = 0 ] || fail "rows of the other topic recorded as published without its ACL"
 allow topic "$TOPIC_PREFIX.other" literal User:relay Write,Describe
 wait_until 90 "all 300 rows SENT once every ACL is granted" all_sent
+check_config 0 "check-config: exactly-once: the progress topic .*: 1 replica, min.insync.replicas 1 \\(below"
 stop_relay r1 || fail "relay r1 exited $? on SIGTERM"
 check "$TOPIC_PREFIX.order,$TOPIC_PREFIX.other" --exact --transactional ||
     fail "with every ACL: a row lost or delivered twice"

@@ -14,10 +14,17 @@ EOS=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_BATCH_SIZE=200 OUTBOX_MARK_DELAY_MS=1000
      OUTBOX_TRANSACTIONAL_ID_PREFIX="$TOPIC_PREFIX" OUTBOX_PROGRESS_TOPIC="$TOPIC_PREFIX.progress")
 
 # First, a progress topic whose cleanup.policy is delete (retention could remove a table's
-# last record): the relay says so, naming the setting, and publishes nothing.
+# last record): --check-config and the relay say so, naming the setting, and nothing is
+# published.
 "$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" create-topic "$TOPIC_PREFIX.deleted" 1 >/dev/null ||
     fail "could not create the topic $TOPIC_PREFIX.deleted"
 RELAY_ENV=("${EOS[@]}" OUTBOX_PROGRESS_TOPIC="$TOPIC_PREFIX.deleted")
+# --check-config says so first (exit 1), without taking the table
+relay_env
+rc=0
+env "${RELAY_BASE_ENV[@]}" "${RELAY_ENV[@]}" "$RELAYTEST_RELAY_BIN" --check-config >"$WORK/check-config.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "check-config: exactly-once: the progress topic .* has cleanup.policy=delete" "$WORK/check-config.log" ||
+    fail "--check-config with a progress topic that deletes: exit $rc, want 1 naming cleanup.policy: $(tail -3 "$WORK/check-config.log")"
 start_relay refused >/dev/null
 wait_until 30 "the relay to refuse the progress topic" grep -q "has cleanup.policy=delete" "$WORK/relay-refused.log"
 sleep 1
