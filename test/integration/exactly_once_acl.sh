@@ -19,10 +19,7 @@ secrets=$WORK/secrets
 mkdir -p "$secrets"
 printf 'relay-%s\n' "$RANDOM$RANDOM" >"$secrets/kafka-password"
 chmod 600 "$secrets/kafka-password"
-kport=$(free_port)
-while port_open $((kport + 2)) || port_open $((kport + 3)); do
-    kport=$(free_port)
-done
+kport=$(free_ports 4) # (the client listener on +0, the PLAINTEXT one on +2, the controller on +3: all reserved)
 bash "$RELAYTEST_SRC/test/env/kafka.sh" acl "$WORK/kafka" "$kport" relay "$secrets/kafka-password" ||
     fail "the ACL broker did not start"
 acl_cleanup() {
@@ -96,10 +93,7 @@ stop_relay r1b || fail "relay r1b exited $? on SIGTERM"
 bash "$RELAYTEST_SRC/test/env/kafka.sh" kill "$WORK/kafka" || true
 
 # a broker without transactions: its transaction state log needs 3 brokers and it is one
-nport=$(free_port)
-while port_open $((nport + 1)); do
-    nport=$(free_port)
-done
+nport=$(free_ports 2)
 KAFKA_TXN_LOG_RF=3 bash "$RELAYTEST_SRC/test/env/kafka.sh" start "$WORK/kafka-notxn" "$nport" ||
     fail "the broker without transactions did not start"
 RELAY_ENV=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_TRANSACTIONAL_ID_PREFIX="$TOPIC_PREFIX.n"
