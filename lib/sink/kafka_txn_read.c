@@ -198,9 +198,12 @@ int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, rkt, &md, 5000);
-    if (!e && md->topic_cnt == 1)
-        e = md->topics[0].err;
-    int rc = 0, replicas = !e && md->topics[0].partition_cnt > 0 ? md->topics[0].partitions[0].replica_cnt : 0;
+    const rd_kafka_metadata_topic_t *mt = !e && md && md->topic_cnt == 1 ? &md->topics[0] : NULL;
+    if (!e && !mt)
+        e = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    else if (!e)
+        e = mt->err;
+    int rc = 0, replicas = !e && mt && mt->partition_cnt > 0 ? mt->partitions[0].replica_cnt : 0;
     int min_isr = -1, warned = 0;
     char hint[400];
     if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
