@@ -57,32 +57,52 @@ static int check_policy(rd_kafka_t *c, const char *topic, int *min_isr, int *war
     return rc;
 }
 
-/* The progress topic's partition that holds key, or -1 with msg; creates the topic
- * (compacted, one partition) when it does not exist, and then returns -2 (no record). */
-static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, size_t msglen)
+/* The progress topic as the broker describes it: its partition count (0: it does not
+ * exist) and its first partition's replicas; -1 with msg (the error, and what to grant). */
+static int progress_describe(const struct sink_config *cfg, rd_kafka_t *c, int *replicas, char *msg,
+                             size_t msglen)
 {
-    const struct sink_config *cfg = sk->cfg;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(c, 0, rkt, &md, 3000);
-    if (!err && md->topic_cnt != 1)
-        err = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    int count = -1, replicas = 0;
-    if (!err && !md->topics[0].err) {
-        count = md->topics[0].partition_cnt;
-        replicas = count > 0 ? md->topics[0].partitions[0].replica_cnt : 0;
-    }
-    else if (!err && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+    rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, rkt, &md, 3000);
+    const rd_kafka_metadata_topic_t *mt = !e && md && md->topic_cnt == 1 ? &md->topics[0] : NULL;
+    if (!e)
+        e = mt ? mt->err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    int count = -1;
+    *replicas = 0;
+    if (!e) {
+        count = mt->partition_cnt;
+        *replicas = count > 0 ? mt->partitions[0].replica_cnt : 0;
+    } else if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
         count = 0;
-    else {
+    } else {
         char hint[400];
-        rd_kafka_resp_err_t e = err ? err : md->topics[0].err;
         snprintf(msg, msglen, "the progress topic %s: %s%s", cfg->progress_topic, rd_kafka_err2str(e),
                  kafka_txn_hint(cfg, e, hint, sizeof(hint)));
     }
     if (md)
         rd_kafka_metadata_destroy(md);
     rd_kafka_topic_destroy(rkt);
+    return count;
+}
+
+/* "N replicas and min.insync.replicas M" into buf; 1 when either is below what
+ * docs/EXACTLY_ONCE.md asks (3 and 2; a min.insync.replicas that could not be read is not). */
+static int replication(int replicas, int min_isr, char *buf, size_t len)
+{
+    char isr[32] = "not readable";
+    if (min_isr >= 0)
+        snprintf(isr, sizeof(isr), "%d", min_isr);
+    snprintf(buf, len, "%d replica%s and min.insync.replicas %s", replicas, replicas == 1 ? "" : "s", isr);
+    return replicas < 3 || (min_isr >= 0 && min_isr < 2);
+}
+
+/* The progress topic's partition that holds key, or -1 with msg; creates the topic
+ * (compacted, one partition) when it does not exist, and then returns -2 (no record). */
+static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, size_t msglen)
+{
+    const struct sink_config *cfg = sk->cfg;
+    int replicas, count = progress_describe(cfg, c, &replicas, msg, msglen);
     if (count == 0) {
         rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(cfg->progress_topic, 1, -1, msg, msglen);
         /* compacted, in small segments that are soon cleaned: the read at each takeover goes
@@ -124,17 +144,14 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         return created ? -2 : -1; /* a new topic holds no record yet */
     }
     int min_isr;
+    char repl[100];
     if (count < 0 || check_policy(c, cfg->progress_topic, &min_isr, &sk->txn->policy_warned, msg, msglen) != 0)
         return -1;
-    if ((replicas < 3 || (min_isr >= 0 && min_isr < 2)) && !sk->txn->replicas_warned) { /* (a test's single broker) */
+    if (replication(replicas, min_isr, repl, sizeof(repl)) && !sk->txn->replicas_warned) { /* (a test's single broker) */
         sk->txn->replicas_warned = 1;
-        char isr[32] = "not readable";
-        if (min_isr >= 0)
-            snprintf(isr, sizeof(isr), "%d", min_isr);
-        log_warn("kafka: the progress topic %s has %d replica%s and min.insync.replicas %s: a "
-                 "broker's loss can lose a record it acknowledged, and a takeover would then "
-                 "publish rows again (docs/EXACTLY_ONCE.md: replication 3, min.insync.replicas 2)",
-                 cfg->progress_topic, replicas, replicas == 1 ? "" : "s", isr);
+        log_warn("kafka: the progress topic %s has %s: a broker's loss can lose a record it "
+                 "acknowledged, and a takeover would then publish rows again (docs/EXACTLY_ONCE.md: "
+                 "replication 3, min.insync.replicas 2)", cfg->progress_topic, repl);
     }
     return rd_kafka_msg_partitioner_murmur2_random(NULL, cfg->progress_key, strlen(cfg->progress_key),
                                                    count, NULL, NULL);
@@ -195,38 +212,19 @@ int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen
     rd_kafka_t *c = progress_consumer(cfg, err, errlen);
     if (!c)
         return -1;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, rkt, &md, 5000);
-    const rd_kafka_metadata_topic_t *mt = !e && md && md->topic_cnt == 1 ? &md->topics[0] : NULL;
-    if (!e && !mt)
-        e = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    else if (!e)
-        e = mt->err;
-    int rc = 0, replicas = !e && mt && mt->partition_cnt > 0 ? mt->partitions[0].replica_cnt : 0;
-    int min_isr = -1, warned = 0;
-    char hint[400];
-    if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+    int replicas, min_isr, warned = 0, rc = 0, count = progress_describe(cfg, c, &replicas, err, errlen);
+    char repl[100];
+    if (count == 0)
         log_info("check-config: exactly-once: the progress topic %s does not exist yet; the relay "
                  "makes it (compacted, one partition), which needs CREATE on it", cfg->progress_topic);
-    else if (e) {
-        snprintf(err, errlen, "the progress topic %s: %s%s", cfg->progress_topic, rd_kafka_err2str(e),
-                 kafka_txn_hint(cfg, e, hint, sizeof(hint)));
+    else if (count < 0 || check_policy(c, cfg->progress_topic, &min_isr, &warned, err, errlen) != 0)
         rc = -1;
-    } else if (check_policy(c, cfg->progress_topic, &min_isr, &warned, err, errlen) != 0) {
-        rc = -1;
-    } else {
-        char isr[32] = "not readable";
-        if (min_isr >= 0)
-            snprintf(isr, sizeof(isr), "%d", min_isr);
-        log_info("check-config: exactly-once: the progress topic %s: %d replica%s, min.insync.replicas "
-                 "%s%s", cfg->progress_topic, replicas, replicas == 1 ? "" : "s", isr,
-                 replicas < 3 || min_isr < 2 ? " (below replication 3 and min.insync.replicas 2: a "
-                 "broker's loss can lose a record; docs/EXACTLY_ONCE.md)" : "");
-    }
-    if (md)
-        rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_destroy(rkt);
+    else if (replication(replicas, min_isr, repl, sizeof(repl)))
+        log_warn("check-config: exactly-once: the progress topic %s: %s (below replication 3 and "
+                 "min.insync.replicas 2: a broker's loss can lose a record; docs/EXACTLY_ONCE.md)",
+                 cfg->progress_topic, repl);
+    else
+        log_info("check-config: exactly-once: the progress topic %s: %s", cfg->progress_topic, repl);
     rd_kafka_destroy(c);
     return rc;
 }

@@ -55,6 +55,13 @@ else
     jars=$HOME/.cache/outbox-relay/kafka-jars-$version
 fi
 
+# mvn_copy POM DIR: POM's runtime dependencies into DIR, marked complete
+mvn_copy() {
+    mvn -B -q -f "$1" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$2" >&2
+    touch "$2/.complete"
+}
+
 fetch() {
     if [ -f "$jars/.complete" ]; then return 0; fi
     mkdir -p "$jars"
@@ -64,21 +71,15 @@ fetch() {
         sed "s|<artifactId>kafka_2.13</artifactId><version>$default_version</version>|<artifactId>kafka_2.13</artifactId><version>$version</version>|" \
             "$here/kafka-pom.xml" >"$pom"
     fi
-    mvn -B -q -f "$pom" \
-        org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$jars" >&2
+    mvn_copy "$pom" "$jars"
     rm -f "$jars/pom.xml"
-    touch "$jars/.complete"
 }
 
 tools=$HOME/.cache/outbox-relay/kafka-tools-jars-$version
 fetch_tools() {
     if [ -f "$tools/.complete" ]; then return 0; fi
     mkdir -p "$tools"
-    mvn -B -q -f "$here/kafka-tools-pom.xml" \
-        org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$tools" >&2
-    touch "$tools/.complete"
+    mvn_copy "$here/kafka-tools-pom.xml" "$tools"
 }
 
 allow() {

@@ -79,7 +79,7 @@ log "the other topic's WRITE: $(grep -m1 -F "topic $TOPIC_PREFIX.other paused" "
 [ "$(count_where "aggregate_type = 'other' AND status = 'SENT'")" = 0 ] || fail "rows of the other topic recorded as published without its ACL"
 allow topic "$TOPIC_PREFIX.other" literal User:relay Write,Describe
 wait_until 90 "all 300 rows SENT once every ACL is granted" all_sent
-check_config 0 "check-config: exactly-once: the progress topic .*: 1 replica, min.insync.replicas 1 \\(below"
+check_config 0 "check-config: exactly-once: the progress topic .*: 1 replica and min.insync.replicas 1 \\(below"
 stop_relay r1 || fail "relay r1 exited $? on SIGTERM"
 check "$TOPIC_PREFIX.order,$TOPIC_PREFIX.other" --exact --transactional ||
     fail "with every ACL: a row lost or delivered twice"
