@@ -115,6 +115,12 @@ static void recover_ok(struct relay *r, PGresult *res)
     if (r->eos.sent_epoch == r->eos.pending_epoch && r->eos.sent_epoch == sink_txn_epoch(r->sink)) {
         r->eos.ready_epoch = r->eos.sent_epoch;
         sink_txn_ready(r->sink, r->eos.sent_epoch);
+        /* the rows stay in this session's progress records until every standby has their
+         * records too (eos_tail.c): a failover now must not make them PENDING unlisted */
+        for (size_t i = 0; i < r->eos.n; i++) {
+            sink_txn_carry(r->sink, r->eos.sent_epoch, r->eos.ids[i], r->eos.event_ids[i]);
+            eos_tail_recorded(r, r->eos.ids[i]);
+        }
         log_info("exactly-once: older producers fenced and the progress record read in %lld ms: %zu "
                  "rows committed to Kafka and not seen recorded, %lld of them recorded now (the rest "
                  "were already); claiming", (long long)r->m.eos_fence_ms, r->eos.n, done);

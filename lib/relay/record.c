@@ -24,12 +24,13 @@ static void mark_ok(struct relay *r, PGresult *res)
         refused = keep_mark_result(r, res);
         keep_published(r, res);
     }
-    /* recorded: they leave the next progress records (not when keep mode refused some: which
-     * is not said, and a row committed but not recorded must stay in the record) */
+    /* recorded: they leave the progress records once every standby has the record (not when
+     * keep mode refused some: which is not said, and a row committed but not recorded must
+     * stay in the record) */
     if (r->cfg->exactly_once && refused == 0)
         for (size_t i = 0; i < r->win.n; i++)
             if (r->win.rows[i].state == ROW_MARKING)
-                sink_txn_recorded(r->sink, r->win.rows[i].id);
+                eos_tail_recorded(r, r->win.rows[i].id);
     size_t n = window_remove_state(&r->win, ROW_MARKING);
     r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);

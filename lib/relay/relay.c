@@ -74,6 +74,8 @@ static void kick(struct relay *r)
          * stays full while Kafka works). */
         r->last_was_mark = 1;
         mark_send(r);
+    } else if (eos_tail_due(r)) {
+        eos_tail_send(r); /* recorded rows leave the progress record once the standbys have them */
     } else if (r->win.n_state[ROW_FAILED] && r->mode == MODE_RESETTING &&
                !r->win.n_state[ROW_PRODUCED]) {
         reset_send_note_failed(r);
@@ -333,6 +335,7 @@ void relay_free(struct relay *r)
     claim_destroy(r);
     keep_destroy(r);
     eos_destroy(r);
+    eos_tail_destroy(r);
     outbox_sql_destroy(&r->sql);
     free(r);
 }

@@ -171,6 +171,34 @@ struct eos_state {
     struct log_limit wait_log, fail_log;
 };
 
+/* Written by eos_tail.c: rows recorded in PostgreSQL that stay in the progress record until
+ * every standby has their record (a ring of ids, each with the generation it joined in), and
+ * the generations sealed by a check, each with the WAL insert position that bounds them. */
+#define EOS_TAIL_MAX_ROWS 4000
+#define EOS_TAIL_SEALS 64
+struct eos_tail {
+    int64_t *id;
+    uint64_t *gen_of;
+    size_t head, n;
+    uint64_t gen;           /* rows recorded now join this generation */
+    struct {
+        uint64_t gen, lsn;  /* rows of gen and older committed below lsn */
+    } seal[EOS_TAIL_SEALS];
+    size_t n_seal;
+    uint64_t epoch;         /* the producer session the rows belong to */
+    uint64_t sent_epoch, sent_gen;
+    int64_t sent_ms;        /* monotonic: the last check's */
+    int interval_ms;        /* between checks while rows wait */
+    int in_flight;
+    int none;               /* the last check found no standby and no physical slot */
+    int recorded_since_check;
+    uint64_t lag;           /* WAL bytes the furthest standby was behind at the last check */
+    char who[160];          /* that standby or slot */
+    ev_timer timer;
+    int timer_init;
+    struct log_limit full_log, hidden_log;
+};
+
 /* lease.c: a lease log row not yet written. */
 struct lease_event {
     int partition;
@@ -242,6 +270,7 @@ struct relay {
     struct report_state report;
     struct keep_state keep;
     struct eos_state eos;
+    struct eos_tail eos_tail;
 
     const struct worker_stmt *stmt; /* the worker statement in flight, or NULL (worker.c) */
     int64_t stmt_sent_ms;           /* monotonic */
@@ -491,6 +520,13 @@ void eos_on_recovered(struct relay *r, uint64_t epoch, const int64_t *ids, char 
 int eos_recover_due(const struct relay *r);
 void eos_recover_send(struct relay *r);
 void eos_destroy(struct relay *r);
+
+/* eos_tail.c: a row's record committed (it leaves the progress record once every standby has
+ * it); a check of the standbys' positions is due, and sends it. */
+void eos_tail_recorded(struct relay *r, int64_t id);
+int eos_tail_due(const struct relay *r);
+void eos_tail_send(struct relay *r);
+void eos_tail_destroy(struct relay *r);
 
 /* status.c */
 void status_init(struct relay *r);

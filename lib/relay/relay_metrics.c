@@ -87,6 +87,11 @@ static const struct counter_def {
      "OUTBOX_EXACTLY_ONCE: rows recorded from the progress record on taking the table over (committed "
      "to Kafka by an earlier producer, not recorded in PostgreSQL; not published again).",
      offsetof(struct metrics, eos_recovered_total)},
+    {"outbox_progress_unconfirmed_total",
+     "OUTBOX_EXACTLY_ONCE: recorded rows that left the progress record before every standby and "
+     "physical replication slot had their record (one lagged by more than 4,000 rows): a failover "
+     "to it publishes them again.",
+     offsetof(struct metrics, eos_tail_unconfirmed_total)},
     {"outbox_watermark_gaps_total",
      "OUTBOX_ON_SENT=keep: rows the audit or retention found at or below a watermark that were never "
      "recorded as published (then published): 0 unless a writer broke the rule or the proof failed; alert on any.",
@@ -219,6 +224,10 @@ static void render_leases(const struct metrics *m, struct strbuf *o)
     metrics_gauge(o, "outbox_transaction_fence_seconds",
                   "OUTBOX_EXACTLY_ONCE: how long the last fence of older producers and read of the "
                   "progress record took (claims wait for it).", (double)m->eos_fence_ms / 1000.0);
+    metrics_gauge(o, "outbox_progress_standby_rows",
+                  "OUTBOX_EXACTLY_ONCE: rows recorded in PostgreSQL and kept in the progress record "
+                  "until every standby and physical replication slot has their record.",
+                  (double)m->eos_tail_rows);
     metrics_gauge(o, "outbox_lease_partitions_held", "Lease partitions this relay holds (of 64).",
           (double)m->lease_partitions_held);
     metrics_head(o, "outbox_lease_partitions_unowned", "gauge",

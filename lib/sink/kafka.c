@@ -549,6 +549,7 @@ static const struct sink_ops kafka_ops = {
     .txn_epoch = kafka_txn_epoch,
     .txn_ready = kafka_txn_ready,
     .txn_recorded = kafka_txn_recorded,
+    .txn_carry = kafka_txn_carry,
     .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS
     .test_fatal = k_test_fatal,

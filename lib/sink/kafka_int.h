@@ -161,6 +161,7 @@ void kafka_txn_ready(struct sink *base, uint64_t epoch);
 /* A fatal error of the producer (counted when it is a fence). */
 void kafka_txn_note_fatal(struct kafka_sink *sk, int code);
 void kafka_txn_recorded(struct sink *base, int64_t row_id);
+void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id);
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out);
 
 #endif

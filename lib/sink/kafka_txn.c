@@ -517,6 +517,13 @@ void kafka_txn_recorded(struct sink *base, int64_t row_id)
         progress_del(&t->committed, row_id);
 }
 
+void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t && epoch && epoch == t->epoch)
+        progress_put(&t->committed, row_id, event_id);
+}
+
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out)
 {
     const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;

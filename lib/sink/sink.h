@@ -113,11 +113,14 @@ struct sink_ops {
     /* Exactly-once only (NULL in other sinks): txn_open starts fencing and reading the
      * progress record (on_recovered reports; 0 started, -1 already under way or not
      * possible now); txn_epoch is the producer session that may produce (0: none yet);
-     * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record). */
+     * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record);
+     * txn_carry puts a row an earlier producer committed into this session's record (until
+     * txn_recorded). */
     int (*txn_open)(struct sink *sk);
     uint64_t (*txn_epoch)(const struct sink *sk);
     void (*txn_ready)(struct sink *sk, uint64_t epoch);
     void (*txn_recorded)(struct sink *sk, int64_t row_id);
+    void (*txn_carry)(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
@@ -227,6 +230,12 @@ static inline void sink_txn_recorded(struct sink *sk, int64_t row_id)
 {
     if (sk->ops->txn_recorded)
         sk->ops->txn_recorded(sk, row_id);
+}
+
+static inline void sink_txn_carry(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id)
+{
+    if (sk->ops->txn_carry)
+        sk->ops->txn_carry(sk, epoch, row_id, event_id);
 }
 
 static inline void sink_txn_stats(const struct sink *sk, struct sink_txn_stats *out)

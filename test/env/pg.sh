@@ -4,7 +4,8 @@
 #   pg.sh stop DIR          fast shutdown
 #   pg.sh kill DIR          immediate shutdown (crash-like)
 #   pg.sh standby DIR PORT PRIMARY_PORT
-#                           streaming standby of the server on PRIMARY_PORT (pg_basebackup -R)
+#                           streaming standby of the server on PRIMARY_PORT (pg_basebackup -R;
+#                           PG_STANDBY_SLOT=NAME: through a physical replication slot it creates)
 #   pg.sh promote DIR       promotes a standby to primary (waits until it accepts writes)
 # PG_DURABLE=1 keeps fsync and synchronous_commit on (the benchmark). PG_EXTRA_CONF: more
 # postgresql.conf lines for a new cluster (e.g. "wal_level = logical" for Debezium).
@@ -71,8 +72,10 @@ standby() {
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+    local slot=()
+    [ -z "${PG_STANDBY_SLOT:-}" ] || slot=(-C -S "$PG_STANDBY_SLOT")
     as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres -D "$dir/data" -R \
-        -X stream -c fast >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; return 1; }
+        -X stream -c fast "${slot[@]}" >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; return 1; }
     # The copied configuration names the primary's port and socket folder; later lines win.
     printf "port = %s\nunix_socket_directories = '%s'\n" "$port" "$dir" >>"$dir/data/postgresql.conf"
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
