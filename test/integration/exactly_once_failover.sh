@@ -22,7 +22,9 @@ psql_on() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U 
 psql_on "$PORT_A" "CREATE DATABASE $DB" >/dev/null
 PG_STANDBY_SLOT=standby_b pg_env standby "$HA/b" "$PORT_B" "$PORT_A"
 DSN="host=127.0.0.1,127.0.0.1 port=$PORT_B,$PORT_A user=postgres dbname=$DB target_session_attrs=read-write connect_timeout=2"
-OUTBOX_PG_DSN=$DSN "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "migrate failed"; }
+[ "$LAYOUT" != debezium ] || psqlc "CREATE TABLE outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)"
+OUTBOX_PG_DSN=$DSN OUTBOX_LAYOUT=$LAYOUT "$RELAYTEST_RELAY_BIN" migrate >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "migrate failed"; }
 outbox_all_view
 insert_rows() { # N TAG
     psqlc "INSERT INTO outbox ($OUTBOX_COLS)
