@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Side by side with Debezium, on the same PostgreSQL and Kafka in one run: what each costs the
 # database, what it costs the writers, how fast and how soon it delivers, what it costs itself.
-#   bench/debezium.sh [--rows N] [--rounds R] [--seconds S] [--rate E] [--modes "mark delete keep"] [--out DIR]
-#   (defaults: 100,000 rows, 3 rounds, 20 s windows, 1,000 events/s, all three modes)
+#   bench/debezium.sh [--rows N] [--rounds R] [--seconds S] [--rate E] [--modes "mark delete keep"]
+#                     [--exactly-once 0|1] [--out DIR]
+#   (defaults: 100,000 rows, 3 rounds, 20 s windows, 1,000 events/s, all three modes, 0)
+# --exactly-once 1: both sides exactly-once into Kafka. Connect runs as a distributed worker
+# of its own group with exactly.once.source.support=enabled and the connector with
+# exactly.once.support=required (KIP-618; transaction.boundary=poll, the default); the relay
+# with OUTBOX_EXACTLY_ONCE=1 (a transactional id prefix of its own per start). Counts read a
+# topic's end offsets, which then include one transaction marker per partition and
+# transaction: a drain is taken as done up to a few hundred messages early on both sides.
 # Starts its own PostgreSQL 15 (durable, wal_level=logical) and Kafka like bench/bench.sh, and
 # Kafka Connect 4.1.1 standalone with Debezium 3.6.1's PostgreSQL connector and outbox event
 # router (String converters; test/env/connect.sh; the JVM with its defaults and a 1 GB heap;
@@ -36,10 +43,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-rows=100000 rounds=3 seconds=20 rate=1000 modes="mark delete keep" out=""
+rows=100000 rounds=3 seconds=20 rate=1000 modes="mark delete keep" out="" eos=0
 . scripts/common.sh
-common_flags "[--rows N] [--rounds R] [--seconds S] [--rate E] [--modes LIST] [--out DIR]" \
-    "--rows=rows --rounds=rounds --seconds=seconds --rate=rate --modes=modes --out=out" "$@"
+common_flags "[--rows N] [--rounds R] [--seconds S] [--rate E] [--modes LIST] [--exactly-once 0|1] [--out DIR]" \
+    "--rows=rows --rounds=rounds --seconds=seconds --rate=rate --modes=modes --exactly-once=eos --out=out" "$@"
+relay_eos=()
+if [ "$eos" = 1 ]; then
+    export CONNECT_EXACTLY_ONCE=1
+    relay_eos=(OUTBOX_EXACTLY_ONCE=1)
+fi
 common_bench_out debezium-bench
 
 common_setup
@@ -126,8 +138,9 @@ start_side() { # SIDE: Debezium streaming from a new slot, or the relay in mode 
         sleep 2 # the connector's own start-up is not what is measured
         side_pid=$(cat "$out/connect/connect.pid")
     else
-        OUTBOX_PG_DSN=$(dsn_of "$1") OUTBOX_ON_SENT=$1 OUTBOX_KAFKA_BOOTSTRAP_SERVERS=$bootstrap OUTBOX_HTTP_ADDR= \
-            OUTBOX_TOPIC_TEMPLATE="bench.$1.{aggregate_type}" "$relay_bin" >>"$out/relay-$1.log" 2>&1 &
+        [ "$eos" != 1 ] || relay_eos=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_TRANSACTIONAL_ID_PREFIX="bench-$1-$(date +%s%N)")
+        env "${relay_eos[@]}" OUTBOX_PG_DSN="$(dsn_of "$1")" OUTBOX_ON_SENT="$1" OUTBOX_KAFKA_BOOTSTRAP_SERVERS="$bootstrap" \
+            OUTBOX_HTTP_ADDR= OUTBOX_TOPIC_TEMPLATE="bench.$1.{aggregate_type}" "$relay_bin" >>"$out/relay-$1.log" 2>&1 &
         relay_pid=$!
         sleep 1
         side_pid=$relay_pid
@@ -210,7 +223,7 @@ for r in $(seq 1 "$rounds"); do
 done
 for s in $sides; do
     none=$(median <"$out/none-$(table_kind "$s").txt") tps=$(median <"$out/$s-tps.txt")
-    echo "RESULT side=$([ "$s" = dbz ] && echo debezium || echo "relay-$s") rows=$rows" \
+    echo "RESULT side=$([ "$s" = dbz ] && echo debezium || echo "relay-$s") exactly_once=$eos rows=$rows" \
         "drain_eps=$(median <"$out/$s-eps.txt") pg_cpu_us_per_event=$(median <"$out/$s-pgcpu.txt")" \
         "writers_tps=$tps writers_none_tps=$none writers_ratio=$(awk -v a="$tps" -v b="$none" 'BEGIN { printf "%.2f", a / b }')" \
         "backlog_end=$(median <"$out/$s-behind.txt") rate=$(median <"$out/$s-rate.txt")" \

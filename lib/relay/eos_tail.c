@@ -3,22 +3,26 @@
  * standby may lack the last marks of the old primary: those rows are PENDING again there,
  * and a takeover that did not find them in the progress record would publish them again.
  *
- * A row whose record committed joins the tail with the current generation. Every
- * TAIL_CHECK_MS while rows wait (slowing down to TAIL_CHECK_MAX_MS while no row can go), the
- * worker session asks the server for its WAL insert
- * position and for the lowest position a standby has flushed (pg_stat_replication's
- * walsenders and every physical replication slot, so that a standby cut off from the
- * primary still counts). The insert position, read after the rows' records committed,
- * bounds their commit records: it seals their generation. A generation whose bound is at
- * or below every standby's position leaves the tail (sink_txn_recorded: the next progress
- * record no longer lists its rows). With no standby and no slot, rows leave at once, and
- * the server is asked again each second while rows are recorded.
+ * A row whose record committed joins the tail with the current generation. While rows wait,
+ * every TAIL_CHECK_MS (slowing down to TAIL_CHECK_MAX_MS while no row can go), the worker
+ * session asks the server for its WAL insert position and for the lowest position a standby
+ * has flushed: pg_stat_replication's physical walsenders (not a logical one, nor a base
+ * backup's) and every physical replication slot, so that a standby cut off from the primary
+ * still counts. The insert position, read after the rows' records committed, bounds their
+ * commit records: it seals their generation. A generation whose bound is at or below every
+ * standby's position leaves the tail (sink_txn_release: the next progress record no longer
+ * lists its rows). With no standby and no slot at a check less than TAIL_NONE_VALID_MS old,
+ * rows leave at once (the worker session commits synchronously in this mode, so a record is
+ * on the primary's disk when its statement returns), and the server is asked again each
+ * second while rows are recorded. A producer session's first check goes before its claims.
  *
- * The tail holds at most TAIL_MAX_ROWS rows: beyond that (a standby that lags, or a slot
+ * The tail holds at most EOS_TAIL_MAX_ROWS rows: beyond that (a standby that lags, or a slot
  * that nobody uses) the oldest leave the record anyway, counted and logged with the
  * standby's name, since a progress record must stay small. The rows belong to the producer
- * session (sink_txn_epoch) whose committed list holds them: a new session starts a new
- * tail. */
+ * session (sink_txn_epoch) whose record lists them, and to the worker session whose
+ * statements recorded them: another of either starts a new tail. Each row is let go by the
+ * version of its entry in the record, so that a later row given the same id (a sequence set
+ * back by a failover) stays listed. */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -28,19 +32,25 @@
 #define TAIL_CHECK_MS 50
 #define TAIL_CHECK_MAX_MS 1000 /* while checks let no row go (a stale slot), they slow down to this */
 #define TAIL_NONE_CHECK_MS 1000
+#define TAIL_NONE_VALID_MS 2000
+#define TAIL_FAIL_MAX_MS 10000
 
-/* One statement, read on every check: the insert position, the lowest standby position
- * (NULL: none, or one not visible), how many standbys and slots there are, how many of them
- * show no position (a walsender's positions are hidden without pg_read_all_stats), and the
- * one furthest behind. */
+/* One statement: the insert position, the lowest standby position (NULL: none known), how
+ * many standbys and slots count, how many walsenders the role may not see (without
+ * pg_read_all_stats every column but pid is NULL; one that streams through a physical slot
+ * counts through the slot), how many report no position yet, and the one furthest behind. */
 static const char tail_sql[] =
-    "WITH s AS (SELECT 'standby ' || coalesce(nullif(application_name, ''), 'pid ' || pid) AS who, "
-    "flush_lsn AS lsn FROM pg_stat_replication "
-    "UNION ALL SELECT 'physical replication slot ' || slot_name, restart_lsn FROM pg_replication_slots "
+    "WITH w AS (SELECT pid, state, flush_lsn, application_name FROM pg_stat_replication "
+    "WHERE state IS DISTINCT FROM 'backup' AND pid NOT IN (SELECT active_pid FROM pg_replication_slots "
+    "WHERE active_pid IS NOT NULL AND (slot_type = 'logical' OR (state IS NULL AND restart_lsn IS NOT NULL "
+    "AND wal_status IS DISTINCT FROM 'lost')))), "
+    "s AS (SELECT 'standby ' || coalesce(nullif(application_name, ''), 'pid ' || pid) AS who, "
+    "flush_lsn AS lsn, state IS NULL AS hidden FROM w "
+    "UNION ALL SELECT 'physical replication slot ' || slot_name, restart_lsn, false FROM pg_replication_slots "
     "WHERE slot_type = 'physical' AND restart_lsn IS NOT NULL AND wal_status IS DISTINCT FROM 'lost') "
     "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text, "
     "(SELECT (min(lsn) - '0/0'::pg_lsn)::text FROM s), (SELECT count(*) FROM s), "
-    "(SELECT count(*) FROM s WHERE lsn IS NULL), "
+    "(SELECT count(*) FROM s WHERE hidden), (SELECT count(*) FROM s WHERE lsn IS NULL AND NOT hidden), "
     "(SELECT who FROM s ORDER BY lsn NULLS FIRST LIMIT 1)";
 
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -50,7 +60,12 @@ static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     relay_want_kick(w->data);
 }
 
-static void arm(struct relay *r)
+static int interval(const struct eos_tail *t)
+{
+    return t->interval_ms ? t->interval_ms : TAIL_CHECK_MS;
+}
+
+static void arm(struct relay *r, int ms)
 {
     struct eos_tail *t = &r->eos_tail;
     if (!t->timer_init) {
@@ -59,22 +74,22 @@ static void arm(struct relay *r)
         t->timer_init = 1;
     }
     if (!ev_is_active(&t->timer)) {
-        ev_timer_set(&t->timer, (double)(t->interval_ms ? t->interval_ms : TAIL_CHECK_MS) / 1000.0, 0.0);
+        ev_timer_set(&t->timer, (double)ms / 1000.0, 0.0);
         ev_timer_start(r->loop, &t->timer);
     }
 }
 
-static void tail_clear(struct eos_tail *t)
+static void count(struct relay *r)
 {
-    t->head = t->n = 0;
-    t->n_seal = 0;
+    r->m.eos_tail_rows = (int64_t)r->eos_tail.n;
+    sink_txn_kept(r->sink, r->eos_tail.n);
 }
 
 /* Lets the oldest row go: it leaves the progress records from the next one on. */
 static void pop(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
-    sink_txn_recorded(r->sink, t->id[t->head]);
+    sink_txn_release(r->sink, t->id[t->head], t->ver[t->head]);
     t->head = (t->head + 1) % EOS_TAIL_MAX_ROWS;
     t->n--;
 }
@@ -87,17 +102,22 @@ static void release_to(struct relay *r, uint64_t gen)
         pop(r);
 }
 
-/* Takes the tail over for the producer session now (a new one starts empty). 0: none. */
+/* Takes the tail over for the producer session and the worker session now (other ones
+ * start it empty; its rows stay in the old record, which a takeover reads). 0: no producer. */
 static uint64_t session(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
     uint64_t epoch = sink_txn_epoch(r->sink);
-    if (epoch != t->epoch) {
-        tail_clear(t);
+    if (epoch != t->epoch || r->m.pg_reconnects_total != t->worker) {
+        t->head = t->n = t->n_seal = 0;
         t->epoch = epoch;
-        t->none = 0; /* perhaps another server: asked again before a row goes at once */
+        t->worker = r->m.pg_reconnects_total;
+        t->none = 0; /* perhaps another server: asked before a row goes at once */
+        t->checked = 0;
+        t->in_flight = 0;
+        t->fails = 0;
         t->interval_ms = TAIL_CHECK_MS;
-        r->m.eos_tail_rows = 0;
+        count(r);
     }
     return epoch;
 }
@@ -106,14 +126,18 @@ void eos_tail_recorded(struct relay *r, int64_t id)
 {
     struct eos_tail *t = &r->eos_tail;
     if (!session(r))
-        return; /* not in a committed list */
+        return; /* not in a record */
+    uint64_t ver = sink_txn_version(r->sink, id);
+    if (!ver)
+        return;
     t->recorded_since_check = 1;
-    if (t->none) { /* no standby and no slot at the last check (within TAIL_NONE_CHECK_MS) */
-        sink_txn_recorded(r->sink, id);
+    if (t->none && mono_ms() - t->none_ms < TAIL_NONE_VALID_MS) {
+        sink_txn_release(r->sink, id, ver);
         return;
     }
     if (!t->id) {
         t->id = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->id));
+        t->ver = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->ver));
         t->gen_of = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->gen_of));
     }
     if (t->n == EOS_TAIL_MAX_ROWS) {
@@ -125,24 +149,29 @@ void eos_tail_recorded(struct relay *r, int64_t id)
                      "records (%" PRIu64 " bytes of WAL behind at the last check); the oldest leave "
                      "the progress record now (%ld more since the last message): a failover to it "
                      "would publish them again (outbox_progress_unconfirmed_total)",
-                     EOS_TAIL_MAX_ROWS, t->who[0] ? t->who : "a standby", t->lag, held);
+                     EOS_TAIL_MAX_ROWS, t->who[0] ? t->who : "the standbys' positions to be read", t->lag, held);
     }
     size_t at = (t->head + t->n) % EOS_TAIL_MAX_ROWS;
     t->id[at] = id;
+    t->ver[at] = ver;
     t->gen_of[at] = t->gen;
     t->n++;
-    r->m.eos_tail_rows = (int64_t)t->n;
-    arm(r);
+    count(r);
+    arm(r, interval(t));
 }
 
-int eos_tail_due(const struct relay *r)
+int eos_tail_due(struct relay *r)
 {
-    const struct eos_tail *t = &r->eos_tail;
-    if (!r->cfg->exactly_once || t->in_flight)
+    struct eos_tail *t = &r->eos_tail;
+    if (!r->cfg->exactly_once || !session(r) || t->in_flight)
         return 0;
     int64_t now = mono_ms();
-    if (t->n && t->epoch == sink_txn_epoch(r->sink))
-        return now - t->sent_ms >= (t->interval_ms ? t->interval_ms : TAIL_CHECK_MS);
+    if (now < t->retry_ms)
+        return 0;
+    if (!t->checked) /* the session's first: before its claims */
+        return 1;
+    if (t->n)
+        return now - t->sent_ms >= interval(t);
     return t->recorded_since_check && now - t->sent_ms >= TAIL_NONE_CHECK_MS;
 }
 
@@ -158,57 +187,83 @@ static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn)
     t->n_seal++;
 }
 
+/* Every standby and slot is at or past low: the sealed generations below it go. */
+static void release_below(struct relay *r, uint64_t low)
+{
+    struct eos_tail *t = &r->eos_tail;
+    size_t k = 0;
+    while (k < t->n_seal && t->seal[k].lsn <= low)
+        k++;
+    if (!k)
+        return;
+    release_to(r, t->seal[k - 1].gen);
+    for (size_t i = k; i < t->n_seal; i++)
+        t->seal[i - k] = t->seal[i];
+    t->n_seal -= k;
+}
+
 static void check_ok(struct relay *r, PGresult *res)
 {
     struct eos_tail *t = &r->eos_tail;
     t->in_flight = 0;
-    if (t->sent_epoch != t->epoch || t->sent_epoch != sink_txn_epoch(r->sink) || PQntuples(res) != 1)
-        return; /* another producer session's rows, or no answer: asked again */
+    t->fails = 0;
+    if (t->sent_epoch != session(r) || PQntuples(res) != 1)
+        return; /* another session's rows, or no answer: asked again */
+    t->checked = 1;
     uint64_t at = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    int none_known = PQgetisnull(res, 0, 1);
-    uint64_t low = none_known ? 0 : strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+    int known = !PQgetisnull(res, 0, 1);
+    uint64_t low = known ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
     long standbys = atol(PQgetvalue(res, 0, 2)), hidden = atol(PQgetvalue(res, 0, 3));
-    snprintf(t->who, sizeof(t->who), "%s", PQgetisnull(res, 0, 4) ? "" : PQgetvalue(res, 0, 4));
+    long unknown = atol(PQgetvalue(res, 0, 4));
+    snprintf(t->who, sizeof(t->who), "%s", PQgetisnull(res, 0, 5) ? "" : PQgetvalue(res, 0, 5));
     size_t before = t->n;
     t->none = standbys == 0;
-    if (standbys == 0) {
+    t->none_ms = mono_ms();
+    if (t->none) {
         t->lag = 0;
         release_to(r, t->sent_gen);
         t->n_seal = 0;
     } else {
         seal(t, t->sent_gen, at);
-        t->lag = !hidden && at > low ? at - low : 0;
+        t->lag = !hidden && !unknown && at > low ? at - low : 0;
         long held;
-        if (hidden) {
+        if (hidden || unknown) { /* (min() passes over them: nothing goes) */
             if (log_limit_due(&t->hidden_log, 60000, &held))
-                log_warn("exactly-once: the WAL position of %s is not visible to the relay's role "
-                         "(grant it pg_read_all_stats, as deploy/roles.sql does): recorded rows stay "
-                         "in the progress record, up to %d of them", t->who, EOS_TAIL_MAX_ROWS);
-        } else {
-            size_t k = 0;
-            while (k < t->n_seal && t->seal[k].lsn <= low)
-                k++;
-            if (k) {
-                release_to(r, t->seal[k - 1].gen);
-                for (size_t i = k; i < t->n_seal; i++)
-                    t->seal[i - k] = t->seal[i];
-                t->n_seal -= k;
-            }
+                log_warn("exactly-once: the WAL position of %s is %s: recorded rows stay in the "
+                         "progress record until it is known, up to %d of them", t->who,
+                         hidden ? "not visible to the relay's role (grant it pg_read_all_stats, as "
+                                  "deploy/roles.sql does)" : "not reported yet",
+                         EOS_TAIL_MAX_ROWS);
+        } else if (known) {
+            release_below(r, low);
         }
     }
-    r->m.eos_tail_rows = (int64_t)t->n;
-    if (t->n < before || !before || !t->interval_ms)
+    count(r);
+    if (t->n < before || !before)
         t->interval_ms = TAIL_CHECK_MS;
     else
-        t->interval_ms = t->interval_ms * 2 > TAIL_CHECK_MAX_MS ? TAIL_CHECK_MAX_MS : t->interval_ms * 2;
+        t->interval_ms = interval(t) * 2 > TAIL_CHECK_MAX_MS ? TAIL_CHECK_MAX_MS : interval(t) * 2;
     if (t->n)
-        arm(r);
+        arm(r, interval(t));
 }
 
+/* The check failed (the statement's error is logged by worker.c): asked again after 1 s,
+ * then twice as long each time up to 10 s, so that claims go meanwhile; nothing leaves. */
 static void check_fail(struct relay *r, PGresult *res)
 {
     (void)res;
-    r->eos_tail.in_flight = 0; /* asked again: nothing leaves meanwhile */
+    struct eos_tail *t = &r->eos_tail;
+    t->in_flight = 0;
+    int wait = 1000 << (t->fails < 4 ? t->fails : 4);
+    t->fails++;
+    t->retry_ms = mono_ms() + (wait < TAIL_FAIL_MAX_MS ? wait : TAIL_FAIL_MAX_MS);
+    t->checked = 1; /* claims go */
+    long held;
+    if (res && log_limit_due(&t->fail_log, 60000, &held)) /* (not a lost connection: a new session) */
+        log_warn("exactly-once: the standbys' WAL positions could not be read (%d times in a row); "
+                 "recorded rows stay in the progress record meanwhile, up to %d of them",
+                 t->fails, EOS_TAIL_MAX_ROWS);
+    arm(r, wait);
 }
 
 static const struct worker_stmt check_stmt = {
@@ -217,9 +272,8 @@ static const struct worker_stmt check_stmt = {
 void eos_tail_send(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
-    session(r);
     t->sent_ms = mono_ms();
-    t->sent_epoch = t->epoch;
+    t->sent_epoch = session(r);
     t->sent_gen = t->gen++; /* rows recorded from now on wait for the next check */
     t->recorded_since_check = 0;
     t->in_flight = 1;
@@ -233,8 +287,10 @@ void eos_tail_destroy(struct relay *r)
     if (t->timer_init)
         ev_timer_stop(r->loop, &t->timer);
     free(t->id);
+    free(t->ver);
     free(t->gen_of);
     t->id = NULL;
+    t->ver = NULL;
     t->gen_of = NULL;
-    tail_clear(t);
+    t->n = 0;
 }

@@ -174,10 +174,11 @@ struct eos_state {
 /* Written by eos_tail.c: rows recorded in PostgreSQL that stay in the progress record until
  * every standby has their record (a ring of ids, each with the generation it joined in), and
  * the generations sealed by a check, each with the WAL insert position that bounds them. */
-#define EOS_TAIL_MAX_ROWS 4000
+#define EOS_TAIL_MAX_ROWS 6000
 #define EOS_TAIL_SEALS 64
 struct eos_tail {
     int64_t *id;
+    uint64_t *ver;          /* the version of its entry in the record (sink_txn_version) */
     uint64_t *gen_of;
     size_t head, n;
     uint64_t gen;           /* rows recorded now join this generation */
@@ -186,17 +187,22 @@ struct eos_tail {
     } seal[EOS_TAIL_SEALS];
     size_t n_seal;
     uint64_t epoch;         /* the producer session the rows belong to */
+    uint64_t worker;        /* and the worker session (its reconnects) that recorded them */
     uint64_t sent_epoch, sent_gen;
     int64_t sent_ms;        /* monotonic: the last check's */
     int interval_ms;        /* between checks while rows wait */
     int in_flight;
-    int none;               /* the last check found no standby and no physical slot */
+    int checked;            /* a check answered in this session (the first goes before claims) */
+    int none;               /* the last check found no standby and no physical slot ... */
+    int64_t none_ms;        /* ... at this time (monotonic) */
     int recorded_since_check;
+    int fails;              /* checks failed in a row */
+    int64_t retry_ms;       /* monotonic: no check before (after a failure) */
     uint64_t lag;           /* WAL bytes the furthest standby was behind at the last check */
     char who[160];          /* that standby or slot */
     ev_timer timer;
     int timer_init;
-    struct log_limit full_log, hidden_log;
+    struct log_limit full_log, hidden_log, fail_log;
 };
 
 /* lease.c: a lease log row not yet written. */
@@ -524,7 +530,7 @@ void eos_destroy(struct relay *r);
 /* eos_tail.c: a row's record committed (it leaves the progress record once every standby has
  * it); a check of the standbys' positions is due, and sends it. */
 void eos_tail_recorded(struct relay *r, int64_t id);
-int eos_tail_due(const struct relay *r);
+int eos_tail_due(struct relay *r);
 void eos_tail_send(struct relay *r);
 void eos_tail_destroy(struct relay *r);
 

@@ -89,7 +89,7 @@ static const struct counter_def {
      offsetof(struct metrics, eos_recovered_total)},
     {"outbox_progress_unconfirmed_total",
      "OUTBOX_EXACTLY_ONCE: recorded rows that left the progress record before every standby and "
-     "physical replication slot had their record (one lagged by more than 4,000 rows): a failover "
+     "physical replication slot had their record (one lagged by more than 6,000 rows): a failover "
      "to it publishes them again.",
      offsetof(struct metrics, eos_tail_unconfirmed_total)},
     {"outbox_watermark_gaps_total",

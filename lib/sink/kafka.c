@@ -550,6 +550,9 @@ static const struct sink_ops kafka_ops = {
     .txn_ready = kafka_txn_ready,
     .txn_recorded = kafka_txn_recorded,
     .txn_carry = kafka_txn_carry,
+    .txn_version = kafka_txn_version,
+    .txn_release = kafka_txn_release,
+    .txn_kept = kafka_txn_kept,
     .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS
     .test_fatal = k_test_fatal,

@@ -45,7 +45,9 @@ struct kafka_txn {
     struct log_limit progress_err_log; /* a progress record's delivery failed (said every 30 s) */
     int64_t opened_ms;  /* monotonic */
     int64_t ending_ms;
-    struct progress_rows committed; /* committed to Kafka, not seen recorded in PostgreSQL */
+    struct progress_rows committed; /* committed to Kafka, not seen recorded in PostgreSQL (or
+                                       recorded and kept until the standbys have the record) */
+    size_t kept;                    /* how many of them are recorded and kept (eos_tail.c) */
     struct sink_txn_stats stats;
     /* the thread: one job at a time, asked and answered under mu; done wakes the loop */
     pthread_t thread;
@@ -162,6 +164,9 @@ void kafka_txn_ready(struct sink *base, uint64_t epoch);
 void kafka_txn_note_fatal(struct kafka_sink *sk, int code);
 void kafka_txn_recorded(struct sink *base, int64_t row_id);
 void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id);
+uint64_t kafka_txn_version(const struct sink *base, int64_t row_id);
+void kafka_txn_release(struct sink *base, int64_t row_id, uint64_t version);
+void kafka_txn_kept(struct sink *base, size_t n);
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out);
 
 #endif

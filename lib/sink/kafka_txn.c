@@ -22,7 +22,9 @@
 
 #define JOB_TIMEOUT_MS 1000    /* each blocking call; retriable timeouts are called again */
 #define TXN_MAX_MS 100         /* a transaction takes messages for at most this long */
-#define TXN_MAX_ROWS 8000      /* rows in a progress record (committed and not recorded) */
+#define TXN_MAX_ROWS 8000      /* rows in a progress record (committed and not recorded; with
+                                * the rows kept for the standbys, at most EOS_TAIL_MAX_ROWS more:
+                                * a record stays under about 900 KB) */
 static const double commit_bounds[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 #define ROW_OPAQUE(i) ((void *)(intptr_t)((i) + 1)) /* NULL: the progress record's message */
 
@@ -275,7 +277,8 @@ enum sink_queued kafka_txn_admit(struct kafka_sink *sk, int64_t row_id, void **o
     /* a dead-letter copy (row_id < 0) goes in a transaction of its own, so that a failing
      * dead-letter topic aborts no row's transaction */
     int mixed = t->state == TXN_OPEN && t->n_held && (row_id < 0) != (t->held[0].row_id < 0);
-    if (!t->ready || t->state == TXN_ENDING || mixed || t->committed.n + t->n_held >= TXN_MAX_ROWS ||
+    size_t unrecorded = t->committed.n - (t->kept < t->committed.n ? t->kept : t->committed.n);
+    if (!t->ready || t->state == TXN_ENDING || mixed || unrecorded + t->n_held >= TXN_MAX_ROWS ||
         (t->state == TXN_OPEN && t->n_held && mono_ms() - t->opened_ms >= TXN_MAX_MS))
         return SINK_FULL; /* goes on once the transaction ended, or rows were recorded */
     if (t->state == TXN_IDLE) {
@@ -482,6 +485,7 @@ void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report)
     t->initialized = 0; /* the producer goes (kafka.c) */
     fail_held(sk, KAFKA_ERR_TXN_ABORTED, report);
     progress_clear(&t->committed); /* the next producer reads them from the progress record */
+    t->kept = 0;
     if (was_opening && report) /* the fence and read asked for will not answer: ask again */
         sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, "the producer was made anew while it fenced");
 }
@@ -508,29 +512,6 @@ void kafka_txn_ready(struct sink *base, uint64_t epoch)
     struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
     if (t && epoch && epoch == t->epoch)
         t->ready = 1;
-}
-
-void kafka_txn_recorded(struct sink *base, int64_t row_id)
-{
-    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
-    if (t)
-        progress_del(&t->committed, row_id);
-}
-
-void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id)
-{
-    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
-    if (t && epoch && epoch == t->epoch)
-        progress_put(&t->committed, row_id, event_id);
-}
-
-void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out)
-{
-    const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;
-    if (!t)
-        return;
-    *out = t->stats;
-    out->open_since_ms = (t->state == TXN_OPEN || t->state == TXN_ENDING) && t->n_held ? t->opened_ms : 0;
 }
 
 int kafka_txn_new(struct kafka_sink *sk, char *err, size_t errlen)

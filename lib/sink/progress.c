@@ -28,16 +28,19 @@ static void grow(struct progress_rows *c)
     c->cap = old.cap && old.n * 4 > old.cap ? old.cap * 2 : old.cap ? old.cap : 64;
     c->id = xcalloc(c->cap, sizeof(*c->id));
     c->event_id = xcalloc(c->cap, sizeof(*c->event_id));
+    c->ver = xcalloc(c->cap, sizeof(*c->ver));
     c->n = c->removed = 0;
     for (size_t i = 0; i < old.cap; i++)
         if (old.id[i] > 0) {
             size_t j = find(c, old.id[i]);
             c->id[j] = old.id[i];
             c->event_id[j] = old.event_id[i]; /* moved, not copied */
+            c->ver[j] = old.ver[i];
             c->n++;
         }
     free(old.id);
     free(old.event_id);
+    free(old.ver);
 }
 
 void progress_put(struct progress_rows *c, int64_t id, const char *event_id)
@@ -51,6 +54,21 @@ void progress_put(struct progress_rows *c, int64_t id, const char *event_id)
         c->n++;
     c->id[i] = id;
     c->event_id[i] = xstrdup(event_id);
+    c->ver[i] = ++c->next_ver;
+}
+
+uint64_t progress_version(const struct progress_rows *c, int64_t id)
+{
+    if (!c->cap)
+        return 0;
+    size_t i = find(c, id);
+    return c->id[i] == id ? c->ver[i] : 0;
+}
+
+void progress_del_version(struct progress_rows *c, int64_t id, uint64_t ver)
+{
+    if (progress_version(c, id) == ver)
+        progress_del(c, id);
 }
 
 void progress_del(struct progress_rows *c, int64_t id)
@@ -81,7 +99,10 @@ void progress_clear(struct progress_rows *c)
         free(c->event_id[i]);
     free(c->id);
     free(c->event_id);
+    free(c->ver);
+    uint64_t next_ver = c->next_ver; /* (versions are never reused) */
     memset(c, 0, sizeof(*c));
+    c->next_ver = next_ver;
 }
 
 static void add_rows(const struct progress_rows *c, struct strbuf *out, int *first)

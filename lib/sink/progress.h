@@ -9,16 +9,23 @@
 
 #include "core/util.h"
 
-/* id -> event id, open addressing (id 0: empty, -1: removed). Zero-initialise. */
+/* id -> event id, open addressing (id 0: empty, -1: removed). Zero-initialise. Each put
+ * stamps its entry with a new version, so that a delete meant for one row cannot remove a
+ * later row given the same id (progress_del_version). */
 struct progress_rows {
     int64_t *id;
     char **event_id;
+    uint64_t *ver;
     size_t cap, n, removed;
+    uint64_t next_ver;
 };
 
 /* Adds a row (ids > 0; event_id copied); a row already there takes the new event id. */
 void progress_put(struct progress_rows *c, int64_t id, const char *event_id);
 void progress_del(struct progress_rows *c, int64_t id);
+/* The version of id's entry (0: none); deletes id's entry only if it still has version ver. */
+uint64_t progress_version(const struct progress_rows *c, int64_t id);
+void progress_del_version(struct progress_rows *c, int64_t id, uint64_t ver);
 int progress_has(const struct progress_rows *c, int64_t id, const char *event_id);
 void progress_clear(struct progress_rows *c);
 /* The record's value: the rows of a and of b (either may be NULL), as JSON

@@ -115,12 +115,19 @@ struct sink_ops {
      * possible now); txn_epoch is the producer session that may produce (0: none yet);
      * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record);
      * txn_carry puts a row an earlier producer committed into this session's record (until
-     * txn_recorded). */
+     * txn_recorded); txn_version is the version of a row's entry in the record (0: none), and
+     * txn_release takes it out only if it still has that version (a row recorded and kept
+     * until the standbys have its record: a later row given the same id stays);
+     * txn_kept says how many rows of the record are such recorded rows (they do not count
+     * against the cap on rows committed and not recorded). */
     int (*txn_open)(struct sink *sk);
     uint64_t (*txn_epoch)(const struct sink *sk);
     void (*txn_ready)(struct sink *sk, uint64_t epoch);
     void (*txn_recorded)(struct sink *sk, int64_t row_id);
     void (*txn_carry)(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id);
+    uint64_t (*txn_version)(const struct sink *sk, int64_t row_id);
+    void (*txn_release)(struct sink *sk, int64_t row_id, uint64_t version);
+    void (*txn_kept)(struct sink *sk, size_t n);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
@@ -236,6 +243,23 @@ static inline void sink_txn_carry(struct sink *sk, uint64_t epoch, int64_t row_i
 {
     if (sk->ops->txn_carry)
         sk->ops->txn_carry(sk, epoch, row_id, event_id);
+}
+
+static inline uint64_t sink_txn_version(const struct sink *sk, int64_t row_id)
+{
+    return sk->ops->txn_version ? sk->ops->txn_version(sk, row_id) : 0;
+}
+
+static inline void sink_txn_release(struct sink *sk, int64_t row_id, uint64_t version)
+{
+    if (sk->ops->txn_release)
+        sk->ops->txn_release(sk, row_id, version);
+}
+
+static inline void sink_txn_kept(struct sink *sk, size_t n)
+{
+    if (sk->ops->txn_kept)
+        sk->ops->txn_kept(sk, n);
 }
 
 static inline void sink_txn_stats(const struct sink *sk, struct sink_txn_stats *out)

@@ -5,6 +5,11 @@
 #   connect.sh start DIR BOOTSTRAP CONNECTOR_PROPERTIES
 #                                           a worker (String converters, offsets in DIR) running
 #                                           the connector; waits until its REST port answers
+#                                           (CONNECT_EXACTLY_ONCE=1: a distributed worker of a
+#                                           group of its own with exactly.once.source.support=
+#                                           enabled, its config, offsets and status topics new
+#                                           at each start, and the connector submitted over REST
+#                                           with exactly.once.support=required: KIP-618)
 #   connect.sh stop DIR                     SIGTERM, then SIGKILL after 20 s
 #   connect.sh outbox-connector NAME PG_PORT DB ROUTE [PLACEMENT]
 #                                           prints the properties of a PostgreSQL connector
@@ -45,17 +50,52 @@ PROPS
     # Debezium's own lines at info
     { cat "$here/log4j2-warn.properties"; printf 'logger.dbz.name = io.debezium\nlogger.dbz.level = info\n'; } \
         >"$dir/log4j2.properties"
+    local main=org.apache.kafka.connect.cli.ConnectStandalone args=("$dir/worker.properties" "$connector")
+    if [ -n "${CONNECT_EXACTLY_ONCE:-}" ]; then
+        local group
+        group=outbox-connect-$(date +%s%N)
+        main=org.apache.kafka.connect.cli.ConnectDistributed args=("$dir/worker.properties")
+        sed -i '/^offset.storage.file.filename=/d' "$dir/worker.properties"
+        cat >>"$dir/worker.properties" <<PROPS
+group.id=$group
+config.storage.topic=$group-configs
+offset.storage.topic=$group-offsets
+status.storage.topic=$group-status
+config.storage.replication.factor=1
+offset.storage.replication.factor=1
+status.storage.replication.factor=1
+exactly.once.source.support=enabled
+PROPS
+    fi
     echo "$port" >"$dir/port"
     # CONNECT_JVM_OPTS: the JVM's options (the default starts fast for tests: a small heap,
     # the serial collector, C1 only; bench/debezium.sh gives it the JVM's defaults and 1 GB)
     # shellcheck disable=SC2086
     setsid java ${CONNECT_JVM_OPTS:--Xms128m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} \
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$jars/*" \
-        org.apache.kafka.connect.cli.ConnectStandalone "$dir/worker.properties" "$connector" \
-        >>"$dir/connect.log" 2>&1 </dev/null &
+        "$main" "${args[@]}" >>"$dir/connect.log" 2>&1 </dev/null &
     echo $! >"$dir/connect.pid"
     for ((i = 0; i < 900; i++)); do
-        if curl -sf "http://127.0.0.1:$port/connectors" >/dev/null 2>&1; then return 0; fi
+        if curl -sf "http://127.0.0.1:$port/connectors" >/dev/null 2>&1; then
+            [ -n "${CONNECT_EXACTLY_ONCE:-}" ] || return 0
+            python3 - "$connector" >"$dir/connector.json" <<'PY'
+import json, sys
+conf = {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line and not line.startswith('#'):
+        k, v = line.split('=', 1)
+        conf[k] = v
+conf['exactly.once.support'] = 'required'
+print(json.dumps({'name': conf.pop('name'), 'config': conf}))
+PY
+            local code
+            code=$(curl -s -o "$dir/connector.answer" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+                --data @"$dir/connector.json" "http://127.0.0.1:$port/connectors")
+            [ "$code" != 201 ] || return 0
+            echo "connect.sh: the worker refused the connector ($code): $(cat "$dir/connector.answer")" >&2
+            return 1
+        fi
         kill -0 "$(cat "$dir/connect.pid")" 2>/dev/null || break
         sleep 0.1
     done

@@ -35,9 +35,20 @@ int main(void)
     progress_put(&c, 2, "e-2b");
     is_int(c.n, 500, "an id put again is not counted twice");
     ok(progress_has(&c, 2, "e-2b") && !progress_has(&c, 2, "e-2"), "it takes the newest event id");
+    uint64_t v2 = progress_version(&c, 2);
+    ok(v2 != 0 && progress_version(&c, 1) == 0, "an entry has a version, a removed one none");
+    uint64_t v4 = progress_version(&c, 4);
+    progress_put(&c, 4, "e-4b"); /* the same id given to another row (a rewound sequence) */
+    progress_del_version(&c, 4, v4); /* a delete meant for the row it replaced */
+    ok(progress_has(&c, 4, "e-4b"), "a delete for an older version leaves the newer row");
+    progress_del_version(&c, 2, v2);
+    ok(!progress_has(&c, 2, "e-2b"), "a delete for its own version removes it");
+    progress_put(&c, 2, "e-2b");
+    ok(progress_version(&c, 2) > v2, "a put again gets a newer version");
     for (int64_t id = 2000; id < 3000; id++) /* grows over removed slots */
         progress_put(&c, id, "x");
     is_int(c.n, 1500, "1500 after more");
+    ok(progress_version(&c, 2) > v2 && progress_has(&c, 4, "e-4b"), "versions kept when the table grows");
 
     struct progress_rows held = {0};
     progress_put(&held, 7000, "quote\"and\\slash");

@@ -1,0 +1,49 @@
+/* Exactly-once, the progress record's rows as the relay tells of them (sink/kafka_txn.c
+ * keeps them): recorded in PostgreSQL (they leave the record), carried over from an earlier
+ * producer's record, kept until the standbys have their records (eos_tail.c); and the
+ * transactions' figures. */
+#include "sink/kafka_int.h"
+#include "sink/progress.h"
+
+void kafka_txn_recorded(struct sink *base, int64_t row_id)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t)
+        progress_del(&t->committed, row_id);
+}
+
+void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t && epoch && epoch == t->epoch)
+        progress_put(&t->committed, row_id, event_id);
+}
+
+uint64_t kafka_txn_version(const struct sink *base, int64_t row_id)
+{
+    const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;
+    return t ? progress_version(&t->committed, row_id) : 0;
+}
+
+void kafka_txn_release(struct sink *base, int64_t row_id, uint64_t version)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t)
+        progress_del_version(&t->committed, row_id, version);
+}
+
+void kafka_txn_kept(struct sink *base, size_t n)
+{
+    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
+    if (t)
+        t->kept = n;
+}
+
+void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out)
+{
+    const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;
+    if (!t)
+        return;
+    *out = t->stats;
+    out->open_since_ms = (t->state == TXN_OPEN || t->state == TXN_ENDING) && t->n_held ? t->opened_ms : 0;
+}
