@@ -58,6 +58,7 @@ one() { # round mode(off|on): prints "drain_eps p50 p99 threads rss_mb"
         'BEGIN { printf "%.0f %s %s %s %s\n", n / (b - a), p50, p99, t, r }'
 }
 
+: >"$out/results.txt" # (an --out folder of an earlier run: its rounds are not this run's)
 for round in $(seq 1 "$rounds"); do
     for mode in off on; do
         read -r eps p50 p99 threads rss < <(one "$round" "$mode")

@@ -1,20 +1,24 @@
-/* Exactly-once: rows recorded in PostgreSQL stay in the progress record until every standby
- * has their record (OUTBOX_EXACTLY_ONCE). After an asynchronous failover the promoted
- * standby may lack the last marks of the old primary: those rows are PENDING again there,
- * and a takeover that did not find them in the progress record would publish them again.
+/* Exactly-once: rows recorded in PostgreSQL stay in the progress record until their records
+ * are on the primary's disk and on every standby (OUTBOX_EXACTLY_ONCE). The worker session
+ * commits asynchronously, so a crash of the primary may lose its last records; after an
+ * asynchronous failover the promoted standby may lack them. Either way those rows are
+ * PENDING again, and a takeover that did not find them in the progress record would publish
+ * them again.
  *
  * A row whose record committed joins the tail with the current generation. While rows wait,
  * every TAIL_CHECK_MS (slowing down to TAIL_CHECK_MAX_MS while no row can go), the worker
- * session asks the server for its WAL insert position and for the lowest position a standby
- * has flushed: pg_stat_replication's physical walsenders (not a logical one, nor a base
- * backup's) and every physical replication slot, so that a standby cut off from the primary
- * still counts. The insert position, read after the rows' records committed, bounds their
- * commit records: it seals their generation. A generation whose bound is at or below every
- * standby's position leaves the tail (sink_txn_release: the next progress record no longer
- * lists its rows). With no standby and no slot at a check less than TAIL_NONE_VALID_MS old,
- * rows leave at once (the worker session commits synchronously in this mode, so a record is
- * on the primary's disk when its statement returns), and the server is asked again each
- * second while rows are recorded. A producer session's first check goes before its claims.
+ * session asks the server for its WAL insert and flush positions and for the lowest
+ * position a standby has flushed: pg_stat_replication's physical walsenders (not a logical
+ * one, nor a base backup's) and every physical replication slot, so that a standby cut off
+ * from the primary still counts. The insert position, read after the rows' records
+ * committed, bounds their commit records: it seals their generation. A generation leaves the
+ * tail (sink_txn_release: the next progress record no longer lists its rows) once
+ *   - the primary's flush position and every standby's are at or past its bound; or
+ *   - 3 x wal_writer_delay (and TAIL_FLUSH_MARGIN_MS) after its seal, every standby is at or
+ *     past the primary's flush position: PostgreSQL flushes an asynchronous commit within
+ *     that time, so the records are on disk and on the standbys, even when other records
+ *     after them (which the WAL writer leaves in a partial page while the server is idle)
+ *     keep the flush position below the bound.
  *
  * The tail holds at most EOS_TAIL_MAX_ROWS rows: beyond that (a standby that lags, or a slot
  * that nobody uses) the oldest leave the record anyway, counted and logged with the
@@ -31,14 +35,14 @@
 
 #define TAIL_CHECK_MS 50
 #define TAIL_CHECK_MAX_MS 1000 /* while checks let no row go (a stale slot), they slow down to this */
-#define TAIL_NONE_CHECK_MS 1000
-#define TAIL_NONE_VALID_MS 2000
+#define TAIL_FLUSH_MARGIN_MS 200
 #define TAIL_FAIL_MAX_MS 10000
 
 /* One statement: the insert position, the lowest standby position (NULL: none known), how
  * many standbys and slots count, how many walsenders the role may not see (without
  * pg_read_all_stats every column but pid is NULL; one that streams through a physical slot
- * counts through the slot), how many report no position yet, and the one furthest behind. */
+ * counts through the slot), how many report no position yet, the one furthest behind, the
+ * flush position and wal_writer_delay (ms). */
 static const char tail_sql[] =
     "WITH w AS (SELECT pid, state, flush_lsn, application_name FROM pg_stat_replication "
     "WHERE state IS DISTINCT FROM 'backup' AND pid NOT IN (SELECT active_pid FROM pg_replication_slots "
@@ -51,7 +55,8 @@ static const char tail_sql[] =
     "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text, "
     "(SELECT (min(lsn) - '0/0'::pg_lsn)::text FROM s), (SELECT count(*) FROM s), "
     "(SELECT count(*) FROM s WHERE hidden), (SELECT count(*) FROM s WHERE lsn IS NULL AND NOT hidden), "
-    "(SELECT who FROM s ORDER BY lsn NULLS FIRST LIMIT 1)";
+    "(SELECT who FROM s ORDER BY lsn NULLS FIRST LIMIT 1), "
+    "(pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::text, (SELECT setting FROM pg_settings WHERE name = 'wal_writer_delay')";
 
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -112,7 +117,6 @@ static uint64_t session(struct relay *r)
         t->head = t->n = t->n_seal = 0;
         t->epoch = epoch;
         t->worker = r->m.pg_reconnects_total;
-        t->none = 0; /* perhaps another server: asked before a row goes at once */
         t->checked = 0;
         t->in_flight = 0;
         t->fails = 0;
@@ -130,11 +134,6 @@ void eos_tail_recorded(struct relay *r, int64_t id)
     uint64_t ver = sink_txn_version(r->sink, id);
     if (!ver)
         return;
-    t->recorded_since_check = 1;
-    if (t->none && mono_ms() - t->none_ms < TAIL_NONE_VALID_MS) {
-        sink_txn_release(r->sink, id, ver);
-        return;
-    }
     if (!t->id) {
         t->id = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->id));
         t->ver = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->ver));
@@ -170,12 +169,10 @@ int eos_tail_due(struct relay *r)
         return 0;
     if (!t->checked) /* the session's first: before its claims */
         return 1;
-    if (t->n)
-        return now - t->sent_ms >= interval(t);
-    return t->recorded_since_check && now - t->sent_ms >= TAIL_NONE_CHECK_MS;
+    return t->n && now - t->sent_ms >= interval(t);
 }
 
-static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn)
+static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn, int64_t at_ms)
 {
     if (t->n_seal == EOS_TAIL_SEALS) { /* the next seal bounds the oldest's rows too (later, higher) */
         for (size_t i = 1; i < t->n_seal; i++)
@@ -184,15 +181,19 @@ static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn)
     }
     t->seal[t->n_seal].gen = gen;
     t->seal[t->n_seal].lsn = lsn;
+    t->seal[t->n_seal].at_ms = at_ms;
     t->n_seal++;
 }
 
-/* Every standby and slot is at or past low: the sealed generations below it go. */
-static void release_below(struct relay *r, uint64_t low)
+/* The primary's flush position and every standby's are at or past low; every standby is at
+ * or past the primary's flush position (caught up), and the asynchronous commits made before
+ * flushed_before (monotonic ms) are flushed: the sealed generations whose records are
+ * there go. */
+static void release_below(struct relay *r, uint64_t low, int caught_up, int64_t flushed_before)
 {
     struct eos_tail *t = &r->eos_tail;
     size_t k = 0;
-    while (k < t->n_seal && t->seal[k].lsn <= low)
+    while (k < t->n_seal && (t->seal[k].lsn <= low || (caught_up && t->seal[k].at_ms <= flushed_before)))
         k++;
     if (!k)
         return;
@@ -210,33 +211,31 @@ static void check_ok(struct relay *r, PGresult *res)
     if (t->sent_epoch != session(r) || PQntuples(res) != 1)
         return; /* another session's rows, or no answer: asked again */
     t->checked = 1;
+    int64_t now = mono_ms();
     uint64_t at = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
     int known = !PQgetisnull(res, 0, 1);
     uint64_t low = known ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
     long standbys = atol(PQgetvalue(res, 0, 2)), hidden = atol(PQgetvalue(res, 0, 3));
     long unknown = atol(PQgetvalue(res, 0, 4));
     snprintf(t->who, sizeof(t->who), "%s", PQgetisnull(res, 0, 5) ? "" : PQgetvalue(res, 0, 5));
+    uint64_t flush = strtoull(PQgetvalue(res, 0, 6), NULL, 10);
+    long delay_ms = PQgetisnull(res, 0, 7) ? 0 : atol(PQgetvalue(res, 0, 7)); /* (pg_settings: in ms) */
     size_t before = t->n;
-    t->none = standbys == 0;
-    t->none_ms = mono_ms();
-    if (t->none) {
+    seal(t, t->sent_gen, at, t->sent_ms);
+    long held;
+    if (standbys && (hidden || unknown)) { /* (min() passes over them: nothing goes) */
         t->lag = 0;
-        release_to(r, t->sent_gen);
-        t->n_seal = 0;
+        if (log_limit_due(&t->hidden_log, 60000, &held))
+            log_warn("exactly-once: the WAL position of %s is %s: recorded rows stay in the "
+                     "progress record until it is known, up to %d of them", t->who,
+                     hidden ? "not visible to the relay's role (grant it pg_read_all_stats, as "
+                              "deploy/roles.sql does)" : "not reported yet",
+                     EOS_TAIL_MAX_ROWS);
     } else {
-        seal(t, t->sent_gen, at);
-        t->lag = !hidden && !unknown && at > low ? at - low : 0;
-        long held;
-        if (hidden || unknown) { /* (min() passes over them: nothing goes) */
-            if (log_limit_due(&t->hidden_log, 60000, &held))
-                log_warn("exactly-once: the WAL position of %s is %s: recorded rows stay in the "
-                         "progress record until it is known, up to %d of them", t->who,
-                         hidden ? "not visible to the relay's role (grant it pg_read_all_stats, as "
-                                  "deploy/roles.sql does)" : "not reported yet",
-                         EOS_TAIL_MAX_ROWS);
-        } else if (known) {
-            release_below(r, low);
-        }
+        if (!standbys || low > flush)
+            low = flush; /* (a standby is never past the primary's flush) */
+        t->lag = standbys && flush > low ? flush - low : 0;
+        release_below(r, low, low >= flush, now - 3 * (delay_ms > 0 ? delay_ms : 200) - TAIL_FLUSH_MARGIN_MS);
     }
     count(r);
     if (t->n < before || !before)
@@ -275,7 +274,6 @@ void eos_tail_send(struct relay *r)
     t->sent_ms = mono_ms();
     t->sent_epoch = session(r);
     t->sent_gen = t->gen++; /* rows recorded from now on wait for the next check */
-    t->recorded_since_check = 0;
     t->in_flight = 1;
     if (worker_send(r, &check_stmt, tail_sql, 0, NULL) != 0)
         t->in_flight = 0;

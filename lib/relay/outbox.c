@@ -327,15 +327,12 @@ static void sql_sessions(struct outbox_sql *sql, const struct config *cfg, const
     strbuf_printf(&sb,
                   "SET statement_timeout = %d; SET idle_in_transaction_session_timeout = 60000; "
                   "SET idle_session_timeout = %d; "
-                  "SET synchronous_commit = %s; SET tcp_keepalives_idle = 1; "
+                  "SET synchronous_commit = off; SET tcp_keepalives_idle = 1; "
                   "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
                   "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
                   "SELECT pg_advisory_lock_shared(%d, %d) WHERE %s; "
                   "SET application_name = 'outbox-relay ",
                   cfg->statement_timeout_ms, cfg->lease_timeout_ms * 3 / 10,
-                  /* exactly-once: a record is on disk when its statement returns, so that it may
-                   * leave the progress record at once when no standby needs it (eos_tail.c) */
-                  cfg->exactly_once ? "on" : "off",
                   cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
                   cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK,
                   /* exactly-once relays say so: relays in the other mode refuse the table */

@@ -183,7 +183,8 @@ struct eos_tail {
     size_t head, n;
     uint64_t gen;           /* rows recorded now join this generation */
     struct {
-        uint64_t gen, lsn;  /* rows of gen and older committed below lsn */
+        uint64_t gen, lsn;  /* rows of gen and older committed below lsn ... */
+        int64_t at_ms;      /* ... before this time (monotonic: the check's sending) */
     } seal[EOS_TAIL_SEALS];
     size_t n_seal;
     uint64_t epoch;         /* the producer session the rows belong to */
@@ -193,9 +194,6 @@ struct eos_tail {
     int interval_ms;        /* between checks while rows wait */
     int in_flight;
     int checked;            /* a check answered in this session (the first goes before claims) */
-    int none;               /* the last check found no standby and no physical slot ... */
-    int64_t none_ms;        /* ... at this time (monotonic) */
-    int recorded_since_check;
     int fails;              /* checks failed in a row */
     int64_t retry_ms;       /* monotonic: no check before (after a failure) */
     uint64_t lag;           /* WAL bytes the furthest standby was behind at the last check */

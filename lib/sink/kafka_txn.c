@@ -216,10 +216,12 @@ static void txn_fatal(struct kafka_sink *sk, const rd_kafka_error_t *e, const ch
     }
 }
 
-/* The progress record of this transaction: every row committed and not recorded, and the
- * transaction's own so far, by id and event id. early: the first record, right after the
- * first row, which only registers the partition early: one that cannot be queued is left
- * out (0), not a reason to abort. */
+/* The progress record of this transaction: every row committed and not recorded (or kept
+ * for the standbys), and the transaction's own so far, by id and event id. early: the first
+ * record, right after the first row, which only registers the partition early: it lists
+ * that row alone (the record at the end comes later in the partition and commits with it,
+ * so a takeover never reads the first one as the table's last), and one that cannot be
+ * queued is left out (0), not a reason to abort. */
 static int produce_progress(struct kafka_sink *sk, int early)
 {
     struct kafka_txn *t = sk->txn;
@@ -229,7 +231,7 @@ static int produce_progress(struct kafka_sink *sk, int early)
             progress_put(&mine, t->held[i].row_id, t->held[i].event_id);
     struct strbuf sb;
     strbuf_init(&sb);
-    progress_value(&t->committed, &mine, &sb);
+    progress_value(early ? NULL : &t->committed, &mine, &sb);
     progress_clear(&mine);
     const char *key = sk->cfg->progress_key;
     rd_kafka_resp_err_t err = rd_kafka_producev(
