@@ -12,13 +12,14 @@
  * one, nor a base backup's) and every physical replication slot, so that a standby cut off
  * from the primary still counts. The insert position, read after the rows' records
  * committed, bounds their commit records: it seals their generation. A generation leaves the
- * tail (sink_txn_release: the next progress record no longer lists its rows) once
- *   - the primary's flush position and every standby's are at or past its bound; or
- *   - 3 x wal_writer_delay (and TAIL_FLUSH_MARGIN_MS) after its seal, every standby is at or
- *     past the primary's flush position: PostgreSQL flushes an asynchronous commit within
- *     that time, so the records are on disk and on the standbys, even when other records
- *     after them (which the WAL writer leaves in a partial page while the server is idle)
- *     keep the flush position below the bound.
+ * tail (sink_txn_release: the next progress record no longer lists its rows) once the
+ * primary's flush position and every standby's are at or past its bound. On an idle server
+ * the WAL writer flushes the asynchronous commits but may leave later records (a claim's
+ * page pruning, say) in a partial page, below the bound: when the oldest bound waits longer
+ * than 3 x wal_writer_delay (and TAIL_FLUSH_MARGIN_MS) with every standby caught up with the
+ * primary's flush position, the next statement is a nudge, one transaction committed
+ * synchronously (an xid and a flush of everything before it), and the next check sees the
+ * flush past the bound.
  *
  * The tail holds at most EOS_TAIL_MAX_ROWS rows: beyond that (a standby that lags, or a slot
  * that nobody uses) the oldest leave the record anyway, counted and logged with the
@@ -148,7 +149,7 @@ void eos_tail_recorded(struct relay *r, int64_t id)
                      "records (%" PRIu64 " bytes of WAL behind at the last check); the oldest leave "
                      "the progress record now (%ld more since the last message): a failover to it "
                      "would publish them again (outbox_progress_unconfirmed_total)",
-                     EOS_TAIL_MAX_ROWS, t->who[0] ? t->who : "the standbys' positions to be read", t->lag, held);
+                     EOS_TAIL_MAX_ROWS, t->who[0] ? t->who : "the primary's WAL flush", t->lag, held);
     }
     size_t at = (t->head + t->n) % EOS_TAIL_MAX_ROWS;
     t->id[at] = id;
@@ -167,7 +168,7 @@ int eos_tail_due(struct relay *r)
     int64_t now = mono_ms();
     if (now < t->retry_ms)
         return 0;
-    if (!t->checked) /* the session's first: before its claims */
+    if (!t->checked || t->nudge) /* the session's first (before its claims), or a nudge */
         return 1;
     return t->n && now - t->sent_ms >= interval(t);
 }
@@ -185,15 +186,13 @@ static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn, int64_t at_ms)
     t->n_seal++;
 }
 
-/* The primary's flush position and every standby's are at or past low; every standby is at
- * or past the primary's flush position (caught up), and the asynchronous commits made before
- * flushed_before (monotonic ms) are flushed: the sealed generations whose records are
- * there go. */
-static void release_below(struct relay *r, uint64_t low, int caught_up, int64_t flushed_before)
+/* The primary's flush position and every standby's are at or past low: the sealed
+ * generations below it go. */
+static void release_below(struct relay *r, uint64_t low)
 {
     struct eos_tail *t = &r->eos_tail;
     size_t k = 0;
-    while (k < t->n_seal && (t->seal[k].lsn <= low || (caught_up && t->seal[k].at_ms <= flushed_before)))
+    while (k < t->n_seal && t->seal[k].lsn <= low)
         k++;
     if (!k)
         return;
@@ -208,10 +207,12 @@ static void check_ok(struct relay *r, PGresult *res)
     struct eos_tail *t = &r->eos_tail;
     t->in_flight = 0;
     t->fails = 0;
-    if (t->sent_epoch != session(r) || PQntuples(res) != 1)
+    if (t->sent_epoch != session(r) || PQntuples(res) != 1) {
+        if (t->n)
+            arm(r, interval(t));
         return; /* another session's rows, or no answer: asked again */
+    }
     t->checked = 1;
-    int64_t now = mono_ms();
     uint64_t at = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
     int known = !PQgetisnull(res, 0, 1);
     uint64_t low = known ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
@@ -234,8 +235,13 @@ static void check_ok(struct relay *r, PGresult *res)
     } else {
         if (!standbys || low > flush)
             low = flush; /* (a standby is never past the primary's flush) */
-        t->lag = standbys && flush > low ? flush - low : 0;
-        release_below(r, low, low >= flush, now - 3 * (delay_ms > 0 ? delay_ms : 200) - TAIL_FLUSH_MARGIN_MS);
+        int caught_up = low >= flush;
+        t->lag = t->n_seal && t->seal[0].lsn > low ? t->seal[0].lsn - low : 0;
+        release_below(r, low);
+        /* (the oldest seal was sent at seal[0].at_ms, after its rows' commits) */
+        if (caught_up && t->n_seal && t->seal[0].lsn > flush &&
+            t->seal[0].at_ms <= t->sent_ms - 3 * (delay_ms > 0 ? delay_ms : 200) - TAIL_FLUSH_MARGIN_MS)
+            t->nudge = 1;
     }
     count(r);
     if (t->n < before || !before)
@@ -268,9 +274,32 @@ static void check_fail(struct relay *r, PGresult *res)
 static const struct worker_stmt check_stmt = {
     .what = "reading the standbys' WAL positions", .on_ok = check_ok, .on_fail = check_fail};
 
+/* The nudge: one transaction with an xid, committed synchronously on the primary (its flush
+ * covers every record before it); the next check follows at once. */
+static const char nudge_sql[] = "SELECT set_config('synchronous_commit', 'local', true), pg_current_xact_id()";
+
+static void nudge_done(struct relay *r, PGresult *res)
+{
+    (void)res;
+    r->eos_tail.in_flight = 0;
+    r->eos_tail.sent_ms = 0; /* the check is due */
+    relay_want_kick(r);
+}
+
+static const struct worker_stmt nudge_stmt = {
+    .what = "flushing the WAL for the recorded rows", .on_ok = nudge_done, .on_fail = nudge_done};
+
 void eos_tail_send(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
+    if (t->nudge) {
+        t->nudge = 0;
+        t->in_flight = 1;
+        r->m.eos_tail_nudges_total++;
+        if (worker_send(r, &nudge_stmt, nudge_sql, 0, NULL) != 0)
+            t->in_flight = 0;
+        return;
+    }
     t->sent_ms = mono_ms();
     t->sent_epoch = session(r);
     t->sent_gen = t->gen++; /* rows recorded from now on wait for the next check */

@@ -195,8 +195,9 @@ struct eos_tail {
     int in_flight;
     int checked;            /* a check answered in this session (the first goes before claims) */
     int fails;              /* checks failed in a row */
+    int nudge;              /* a synchronous commit is due (an idle server's partial WAL page) */
     int64_t retry_ms;       /* monotonic: no check before (after a failure) */
-    uint64_t lag;           /* WAL bytes the furthest standby was behind at the last check */
+    uint64_t lag;           /* WAL bytes the oldest bound was ahead of the primary's flush or a standby */
     char who[160];          /* that standby or slot */
     ev_timer timer;
     int timer_init;

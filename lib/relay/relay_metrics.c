@@ -92,6 +92,10 @@ static const struct counter_def {
      "physical replication slot had their record (one lagged by more than 6,000 rows): a failover "
      "to it publishes them again.",
      offsetof(struct metrics, eos_tail_unconfirmed_total)},
+    {"outbox_progress_flush_nudges_total",
+     "OUTBOX_EXACTLY_ONCE: transactions committed synchronously so that an idle server flushes "
+     "the WAL past recorded rows still listed in the progress record.",
+     offsetof(struct metrics, eos_tail_nudges_total)},
     {"outbox_watermark_gaps_total",
      "OUTBOX_ON_SENT=keep: rows the audit or retention found at or below a watermark that were never "
      "recorded as published (then published): 0 unless a writer broke the rule or the proof failed; alert on any.",

@@ -48,6 +48,7 @@ struct metrics {
     int64_t eos_fence_ms;           /* exactly-once: the last fence and progress read took */
     int64_t eos_tail_rows;          /* exactly-once: recorded rows kept in the record for the standbys */
     uint64_t eos_tail_unconfirmed_total; /* exactly-once: rows that left it before every standby had them */
+    uint64_t eos_tail_nudges_total;      /* exactly-once: synchronous commits to flush an idle server's WAL */
     uint64_t keep_advances_total;   /* keep mode: watermarks moved */
     uint64_t keep_gaps_total;       /* keep mode: rows the audit found below W, never published */
     uint64_t keep_audited_total;    /* keep mode: partitions audited */

@@ -92,6 +92,7 @@ grep -q "older producers fenced and the progress record read in .* ms: 2[0-9][0-
     fail "the takeover on b did not read the 2,000 rows from the progress record: $(grep 'exactly-once' "$WORK/relay-first.log" | tail -3)"
 # b has no standby and no slot: the recorded rows leave the record once on its disk
 wait_until 30 "no row kept for a standby on b" metric_is first outbox_progress_standby_rows 0
+log "synchronous commits to flush an idle server's WAL: $(metric first outbox_progress_flush_nudges_total)"
 stop_relay first || fail "relay exited $? on SIGTERM"
 # The 2,001 rows recorded on a after b was cut off, and the rows the streaming relay's last
 # record listed: this relay's first takeover carried them over (they had been recorded on a
