@@ -30,6 +30,7 @@
  * back by a failover) stays listed. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 #include "relay/relay_int.h"
@@ -175,11 +176,8 @@ int eos_tail_due(struct relay *r)
 
 static void seal(struct eos_tail *t, uint64_t gen, uint64_t lsn, int64_t at_ms)
 {
-    if (t->n_seal == EOS_TAIL_SEALS) { /* the next seal bounds the oldest's rows too (later, higher) */
-        for (size_t i = 1; i < t->n_seal; i++)
-            t->seal[i - 1] = t->seal[i];
-        t->n_seal--;
-    }
+    if (t->n_seal == EOS_TAIL_SEALS) /* the next seal bounds the oldest's rows too (later, higher) */
+        memmove(&t->seal[0], &t->seal[1], --t->n_seal * sizeof(t->seal[0]));
     t->seal[t->n_seal].gen = gen;
     t->seal[t->n_seal].lsn = lsn;
     t->seal[t->n_seal].at_ms = at_ms;
@@ -197,9 +195,8 @@ static void release_below(struct relay *r, uint64_t low)
     if (!k)
         return;
     release_to(r, t->seal[k - 1].gen);
-    for (size_t i = k; i < t->n_seal; i++)
-        t->seal[i - k] = t->seal[i];
     t->n_seal -= k;
+    memmove(&t->seal[0], &t->seal[k], t->n_seal * sizeof(t->seal[0]));
 }
 
 static void check_ok(struct relay *r, PGresult *res)

@@ -548,7 +548,6 @@ static const struct sink_ops kafka_ops = {
     .txn_open = kafka_txn_open,
     .txn_epoch = kafka_txn_epoch,
     .txn_ready = kafka_txn_ready,
-    .txn_recorded = kafka_txn_recorded,
     .txn_carry = kafka_txn_carry,
     .txn_version = kafka_txn_version,
     .txn_release = kafka_txn_release,

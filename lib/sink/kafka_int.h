@@ -162,7 +162,6 @@ uint64_t kafka_txn_epoch(const struct sink *base);
 void kafka_txn_ready(struct sink *base, uint64_t epoch);
 /* A fatal error of the producer (counted when it is a fence). */
 void kafka_txn_note_fatal(struct kafka_sink *sk, int code);
-void kafka_txn_recorded(struct sink *base, int64_t row_id);
 void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id);
 uint64_t kafka_txn_version(const struct sink *base, int64_t row_id);
 void kafka_txn_release(struct sink *base, int64_t row_id, uint64_t version);

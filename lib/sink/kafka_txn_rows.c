@@ -1,16 +1,9 @@
 /* Exactly-once, the progress record's rows as the relay tells of them (sink/kafka_txn.c
- * keeps them): recorded in PostgreSQL (they leave the record), carried over from an earlier
- * producer's record, kept until the standbys have their records (eos_tail.c); and the
+ * keeps them): carried over from an earlier producer's record, recorded in PostgreSQL and
+ * kept until the standbys have their records, then let go by version (eos_tail.c); and the
  * transactions' figures. */
 #include "sink/kafka_int.h"
 #include "sink/progress.h"
-
-void kafka_txn_recorded(struct sink *base, int64_t row_id)
-{
-    struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
-    if (t)
-        progress_del(&t->committed, row_id);
-}
 
 void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id)
 {

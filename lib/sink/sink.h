@@ -113,9 +113,8 @@ struct sink_ops {
     /* Exactly-once only (NULL in other sinks): txn_open starts fencing and reading the
      * progress record (on_recovered reports; 0 started, -1 already under way or not
      * possible now); txn_epoch is the producer session that may produce (0: none yet);
-     * txn_recorded tells that a row is recorded in PostgreSQL (it leaves the record);
-     * txn_carry puts a row an earlier producer committed into this session's record (until
-     * txn_recorded); txn_version is the version of a row's entry in the record (0: none), and
+     * txn_carry puts a row an earlier producer committed into this session's record;
+     * txn_version is the version of a row's entry in the record (0: none), and
      * txn_release takes it out only if it still has that version (a row recorded and kept
      * until the standbys have its record: a later row given the same id stays);
      * txn_kept says how many rows of the record are such recorded rows (they do not count
@@ -123,7 +122,6 @@ struct sink_ops {
     int (*txn_open)(struct sink *sk);
     uint64_t (*txn_epoch)(const struct sink *sk);
     void (*txn_ready)(struct sink *sk, uint64_t epoch);
-    void (*txn_recorded)(struct sink *sk, int64_t row_id);
     void (*txn_carry)(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id);
     uint64_t (*txn_version)(const struct sink *sk, int64_t row_id);
     void (*txn_release)(struct sink *sk, int64_t row_id, uint64_t version);
@@ -231,12 +229,6 @@ static inline void sink_txn_ready(struct sink *sk, uint64_t epoch)
 {
     if (sk->ops->txn_ready)
         sk->ops->txn_ready(sk, epoch);
-}
-
-static inline void sink_txn_recorded(struct sink *sk, int64_t row_id)
-{
-    if (sk->ops->txn_recorded)
-        sk->ops->txn_recorded(sk, row_id);
 }
 
 static inline void sink_txn_carry(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id)
