@@ -193,7 +193,7 @@ static rd_kafka_t *make_producer(struct kafka_sink *sk, char *err, size_t errlen
         return NULL;
     }
     kafka_warn_old_scram(conf);
-    if (sk->txn && kafka_txn_conf(sk, conf, err, errlen) != 0) {
+    if (sk->txn && kafka_txn_conf(sk->cfg, sk->cfg->transactional_id, conf, err, errlen) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }

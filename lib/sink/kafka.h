@@ -20,8 +20,8 @@ enum failure_reason sink_kafka_classify(int err);
 /* --check-config with OUTBOX_EXACTLY_ONCE=1 (kafka_txn_read.c): what can be checked without
  * fencing a running relay: the progress topic may be described, and if it exists, compacts
  * (its replicas and min.insync.replicas said, warned about when low); a missing one is said
- * (the relay makes it, with CREATE). The TransactionalId's ACL shows only at the fence. 0,
- * or -1 with err. */
+ * (the relay makes it, with CREATE); the TransactionalId's ACL and a transaction coordinator,
+ * with the relay's id + ".check" (kafka_txn_probe: no relay fenced). 0, or -1 with err. */
 int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen);
 
 #endif

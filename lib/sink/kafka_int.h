@@ -145,7 +145,10 @@ const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, s
 void kafka_txn_free(struct kafka_sink *sk);
 /* kafka_txn_conf.c: the producer's settings in this mode (transactional.id, the timeouts;
  * refused with a librdkafka older than 2.0.2). */
-int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen);
+int kafka_txn_conf(const struct sink_config *cfg, const char *id, rd_kafka_conf_t *conf, char *err, size_t errlen);
+/* --check-config: init_transactions with the relay's transactional.id + ".check" (its ACL,
+ * a transaction coordinator) without fencing the relay's. 0, or -1 with err. */
+int kafka_txn_probe(const struct sink_config *cfg, char *err, size_t errlen);
 /* Whether a message may go into the open transaction (beginning one if none is open):
  * SINK_QUEUED with the opaque to produce it with, or why not (*errp on SINK_FAILED). */
 enum sink_queued kafka_txn_admit(struct kafka_sink *sk, int64_t row_id, void **opaque, int *errp);

@@ -1,8 +1,13 @@
 /* Exactly-once (kafka_txn.c): the transactional producer's settings, and what a broker's
  * error asks of the operator (an ACL, a transaction coordinator). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/kafka.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "core/util.h"
 #include "sink/kafka_int.h"
 
 #define TXN_MIN_RDKAFKA 0x020002ff /* librdkafka 2.0.2: the oldest this mode is tested with (Debian 12's) */
@@ -16,9 +21,8 @@ static const char *user_prop(const struct sink_config *cfg, const char *name)
     return NULL;
 }
 
-int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen)
+int kafka_txn_conf(const struct sink_config *cfg, const char *id, rd_kafka_conf_t *conf, char *err, size_t errlen)
 {
-    const struct sink_config *cfg = sk->cfg;
     char v[32], kerr[512];
     if (rd_kafka_version() < TXN_MIN_RDKAFKA)
         return set_err(err, errlen, "OUTBOX_EXACTLY_ONCE: needs librdkafka 2.0.2 or later; this "
@@ -26,7 +30,7 @@ int kafka_txn_conf(const struct kafka_sink *sk, rd_kafka_conf_t *conf, char *err
     snprintf(v, sizeof(v), "%d", cfg->transaction_timeout_ms);
     const char *txn_timeout = user_prop(cfg, "transaction.timeout.ms");
     const char *msg_timeout = user_prop(cfg, "message.timeout.ms");
-    const char *set[][2] = {{"transactional.id", cfg->transactional_id},
+    const char *set[][2] = {{"transactional.id", id},
                             {"transaction.timeout.ms", txn_timeout ? txn_timeout : v},
                             /* a message not delivered within its transaction aborts it */
                             {"message.timeout.ms", msg_timeout ? msg_timeout : txn_timeout ? txn_timeout : v}};
@@ -72,4 +76,44 @@ const char *kafka_txn_hint(const struct sink_config *cfg, int code, char *buf, s
         break;
     }
     return buf;
+}
+
+/* --check-config: the TransactionalId's ACL and a transaction coordinator, through an id of
+ * the check's own, the relay's with ".check": every prefixed ACL that covers the relay's id
+ * covers it, and fencing it fences no relay (the broker keeps it, idle, for
+ * transactional.id.expiration.ms). 0, or -1 with err. */
+int kafka_txn_probe(const struct sink_config *cfg, char *err, size_t errlen)
+{
+    char *id = xasprintf("%s.check", cfg->transactional_id), kerr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_t *p = NULL;
+    if (settings_kafka_apply(conf, cfg->kafka, cfg->n_kafka, err, errlen) == 0 &&
+        kafka_txn_conf(cfg, id, conf, err, errlen) == 0) {
+        rd_kafka_conf_set(conf, "client.id", "outbox-relay-check", kerr, sizeof(kerr));
+        rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+        p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, kerr, sizeof(kerr));
+        if (!p)
+            set_err(err, errlen, "the check's producer: %s", kerr);
+    }
+    if (!p) {
+        rd_kafka_conf_destroy(conf);
+        free(id);
+        return -1;
+    }
+    int64_t start = mono_ms();
+    rd_kafka_error_t *e = rd_kafka_init_transactions(p, 10000);
+    if (e) {
+        char hint[600];
+        set_err(err, errlen, "the TransactionalId %s (the relay's %s with \".check\", under the same "
+                "ACLs) could not be used: %s%s", id, cfg->transactional_id, rd_kafka_error_string(e),
+                kafka_txn_hint(cfg, rd_kafka_error_code(e), hint, sizeof(hint)));
+        rd_kafka_error_destroy(e);
+    } else {
+        log_info("check-config: exactly-once: the TransactionalId %s (the relay's %s with \".check\") "
+                 "may be used: WRITE and DESCRIBE granted, a transaction coordinator answered in %lld ms",
+                 id, cfg->transactional_id, (long long)(mono_ms() - start));
+    }
+    rd_kafka_destroy(p);
+    free(id);
+    return e ? -1 : 0;
 }

@@ -209,6 +209,8 @@ static rd_kafka_t *progress_consumer(const struct sink_config *cfg, char *msg, s
 
 int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen)
 {
+    char perr[1024];
+    int probe = kafka_txn_probe(cfg, perr, sizeof(perr));
     rd_kafka_t *c = progress_consumer(cfg, err, errlen);
     if (!c)
         return -1;
@@ -226,6 +228,12 @@ int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen
     else
         log_info("check-config: exactly-once: the progress topic %s: %s", cfg->progress_topic, repl);
     rd_kafka_destroy(c);
+    if (probe != 0) { /* both said: the topic's here, the TransactionalId's by the caller */
+        if (rc != 0)
+            log_error("check-config: exactly-once: %s", err);
+        snprintf(err, errlen, "%s", perr);
+        rc = -1;
+    }
     return rc;
 }
 

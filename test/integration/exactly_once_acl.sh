@@ -12,7 +12,8 @@
 # With all of them every row is published once (read_committed), and the next relay warns
 # that the progress topic has one replica and min.insync.replicas 1. Then a broker whose
 # transaction state log cannot be made (transaction.state.log.replication.factor 3 on one
-# broker: a cluster without transactions) is named as such.
+# broker: a cluster without transactions) is named as such. --check-config names the missing
+# TransactionalId ACL and the missing coordinator too, through an id of its own.
 . "$(dirname "$0")/lib.sh"
 setup_db
 secrets=$WORK/secrets
@@ -52,9 +53,6 @@ step() {
     [ "$(count_status SENT)" = 0 ] || fail "rows were recorded as published while $1 was missing"
 }
 step "the TransactionalId ACL" "needs WRITE and DESCRIBE on TransactionalId"
-allow transactional-id "$TOPIC_PREFIX" prefixed User:relay Write,Describe
-allow topic "$TOPIC_PREFIX.order" literal User:relay Write,Describe
-step "the progress topic's DESCRIBE" "Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE on the progress topic"
 # check_config WANT_RC REGEX: --check-config with r1's settings exits WANT_RC, saying REGEX
 check_config() {
     local rc=0
@@ -64,6 +62,12 @@ check_config() {
         fail "--check-config: exit $rc, want $1 saying '$2': $(tail -3 "$WORK/check-config.log")"
     log "--check-config: exit $rc: $(grep -m1 -E -- "$2" "$WORK/check-config.log" | cut -c30-220)"
 }
+# --check-config tries an id of its own under the relay's (the relay's with ".check"),
+# which fences no relay: refused while the ACL is missing, named with what to grant
+check_config 1 "check-config: exactly-once: the TransactionalId $TOPIC_PREFIX\\.public\\.outbox\\.g0\\.check .*needs WRITE and DESCRIBE on TransactionalId"
+allow transactional-id "$TOPIC_PREFIX" prefixed User:relay Write,Describe
+allow topic "$TOPIC_PREFIX.order" literal User:relay Write,Describe
+step "the progress topic's DESCRIBE" "Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE on the progress topic"
 check_config 1 "check-config: exactly-once: the progress topic .*Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE"
 allow topic "$TOPIC_PREFIX.progress" literal User:relay Describe
 step "the progress topic's CREATE" "needs CREATE on the progress topic"
@@ -80,6 +84,7 @@ log "the other topic's WRITE: $(grep -m1 -F "topic $TOPIC_PREFIX.other paused" "
 allow topic "$TOPIC_PREFIX.other" literal User:relay Write,Describe
 wait_until 90 "all 300 rows SENT once every ACL is granted" all_sent
 check_config 0 "check-config: exactly-once: the progress topic .*: 1 replica and min.insync.replicas 1 \\(below"
+check_config 0 "check-config: exactly-once: the TransactionalId $TOPIC_PREFIX\\.public\\.outbox\\.g0\\.check .*may be used"
 stop_relay r1 || fail "relay r1 exited $? on SIGTERM"
 check "$TOPIC_PREFIX.order,$TOPIC_PREFIX.other" --exact --transactional ||
     fail "with every ACL: a row lost or delivered twice"
@@ -104,5 +109,6 @@ wait_until 60 "the relay to say no transaction coordinator answered" \
     grep -qF "no transaction coordinator answered" "$WORK/relay-r2.log"
 log "no transactions: $(grep -m1 -o 'fencing older producers.*coordinator answered' "$WORK/relay-r2.log" | cut -c1-220)"
 [ "$(count_status PENDING)" = 1 ] || fail "a row was published without a transaction coordinator"
+check_config 1 "check-config: exactly-once: the TransactionalId .*no transaction coordinator answered"
 stop_relay r2 || fail "relay r2 exited $? on SIGTERM"
 log "ok: each missing ACL named, nothing published until granted, then every row once; a cluster without transactions named"
