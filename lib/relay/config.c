@@ -161,6 +161,12 @@ static const struct setting settings[] = {
      "outbox-relay.progress", 0, 0, config_check_optional_topic,
      "exactly-once: the compacted topic of progress records (created with cleanup.policy=compact "
      "when missing), keyed by table"},
+    {"OUTBOX_TRANSACTION_GAP_MS", "transaction-gap-ms", SETTING_INT, OFF(transaction_gap_ms), "5", 0,
+     100, NULL,
+     "exactly-once: the pause after each commit before the next transaction takes messages, so "
+     "that Kafka's coordinator has finished the commit (written its markers): a transaction "
+     "begun earlier is answered CONCURRENT_TRANSACTIONS, which librdkafka tries again only after "
+     "20 ms; 0: no pause (docs/EXACTLY_ONCE.md)"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      config_check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,
@@ -480,5 +486,6 @@ void config_sink(const struct config *cfg, struct sink_config *out)
         .progress_topic = cfg->progress_topic,
         .progress_key = cfg->progress_key,
         .transaction_timeout_ms = cfg->lease_timeout_ms,
+        .transaction_gap_ms = cfg->transaction_gap_ms,
     };
 }

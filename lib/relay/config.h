@@ -47,6 +47,7 @@ struct config {
     int exactly_once;  /* OUTBOX_EXACTLY_ONCE: Kafka transactions with a progress record */
     char *transactional_id_prefix;
     char *progress_topic;
+    int transaction_gap_ms; /* exactly-once: the pause after each commit */
     char *transactional_id; /* derived: prefix.schema.table.g0 */
     char *progress_key;     /* derived: the table's key in the progress topic (its transactional.id) */
     char *sink;        /* "kafka" (default) or "rabbitmq" */

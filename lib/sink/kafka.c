@@ -47,6 +47,10 @@ static const char *const producer_defaults[][2] = {
     {"enable.gapless.guarantee", "true"},
     {"message.timeout.ms", "0"},
     {"linger.ms", "2"},
+    /* Nagle's algorithm off, as the Java client and librdkafka 2.10 do: a small request
+     * (AddPartitionsToTxn, EndTxn, a progress record) sent behind one not yet answered on
+     * the same connection would otherwise wait for that answer */
+    {"socket.nagle.disable", "true"},
     {"batch.num.messages", "10000"},
     {"compression.codec", "lz4"},
     {"client.id", "outbox-relay"},

