@@ -10,6 +10,7 @@
 #include "core/util.h"
 #include "sink/kafka_int.h"
 
+#define PROBE_MS 20000 /* --check-config: how long init_transactions is tried */
 #define TXN_MIN_RDKAFKA 0x020002ff /* librdkafka 2.0.2: the oldest this mode is tested with (Debian 12's) */
 
 /* The user's own value of a Kafka property, or NULL. */
@@ -100,20 +101,34 @@ int kafka_txn_probe(const struct sink_config *cfg, char *err, size_t errlen)
         free(id);
         return -1;
     }
+    /* called again while it times out or the coordinator loads, as the relay does, up to 20 s */
     int64_t start = mono_ms();
-    rd_kafka_error_t *e = rd_kafka_init_transactions(p, 10000);
-    if (e) {
-        char hint[600];
-        set_err(err, errlen, "the TransactionalId %s (the relay's %s with \".check\", under the same "
-                "ACLs) could not be used: %s%s", id, cfg->transactional_id, rd_kafka_error_string(e),
-                kafka_txn_hint(cfg, rd_kafka_error_code(e), hint, sizeof(hint)));
+    rd_kafka_error_t *e;
+    while ((e = rd_kafka_init_transactions(p, 10000)) && rd_kafka_error_is_retriable(e) &&
+           mono_ms() - start < PROBE_MS)
         rd_kafka_error_destroy(e);
+    if (e && rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED) {
+        set_err(err, errlen, "init_transactions with the TransactionalId %s (the relay's %s with "
+                "\".check\") was refused: %s; the relay's principal needs WRITE and DESCRIBE on "
+                "TransactionalId %s: a prefixed ACL on OUTBOX_TRANSACTIONAL_ID_PREFIX covers both ids, a "
+                "literal ACL on the relay's id alone does not cover the check's (grant it too; "
+                "docs/EXACTLY_ONCE.md)", id, cfg->transactional_id, rd_kafka_error_string(e),
+                cfg->transactional_id);
+    } else if (e) {
+        char hint[600];
+        set_err(err, errlen, "init_transactions with the TransactionalId %s (the relay's %s with "
+                "\".check\") failed after %lld ms: %s%s", id, cfg->transactional_id,
+                (long long)(mono_ms() - start), rd_kafka_error_string(e),
+                kafka_txn_hint(cfg, rd_kafka_error_code(e), hint, sizeof(hint)));
     } else {
         log_info("check-config: exactly-once: the TransactionalId %s (the relay's %s with \".check\") "
                  "may be used: WRITE and DESCRIBE granted, a transaction coordinator answered in %lld ms",
                  id, cfg->transactional_id, (long long)(mono_ms() - start));
     }
+    int rc = e ? -1 : 0;
+    if (e)
+        rd_kafka_error_destroy(e);
     rd_kafka_destroy(p);
     free(id);
-    return e ? -1 : 0;
+    return rc;
 }

@@ -212,8 +212,11 @@ int sink_kafka_txn_check(const struct sink_config *cfg, char *err, size_t errlen
     char perr[1024];
     int probe = kafka_txn_probe(cfg, perr, sizeof(perr));
     rd_kafka_t *c = progress_consumer(cfg, err, errlen);
-    if (!c)
+    if (!c) {
+        if (probe != 0)
+            log_error("check-config: exactly-once: %s", perr);
         return -1;
+    }
     int replicas, min_isr, warned = 0, rc = 0, count = progress_describe(cfg, c, &replicas, err, errlen);
     char repl[100];
     if (count == 0)

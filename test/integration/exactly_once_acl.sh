@@ -64,7 +64,7 @@ check_config() {
 }
 # --check-config tries an id of its own under the relay's (the relay's with ".check"),
 # which fences no relay: refused while the ACL is missing, named with what to grant
-check_config 1 "check-config: exactly-once: the TransactionalId $TOPIC_PREFIX\\.public\\.outbox\\.g0\\.check .*needs WRITE and DESCRIBE on TransactionalId"
+check_config 1 "check-config: exactly-once: init_transactions with the TransactionalId $TOPIC_PREFIX\\.public\\.outbox\\.g0\\.check .*was refused: .*needs WRITE and DESCRIBE on TransactionalId"
 allow transactional-id "$TOPIC_PREFIX" prefixed User:relay Write,Describe
 allow topic "$TOPIC_PREFIX.order" literal User:relay Write,Describe
 step "the progress topic's DESCRIBE" "Topic authorization failed; the relay's principal needs READ, WRITE and DESCRIBE on the progress topic"
@@ -84,7 +84,13 @@ log "the other topic's WRITE: $(grep -m1 -F "topic $TOPIC_PREFIX.other paused" "
 allow topic "$TOPIC_PREFIX.other" literal User:relay Write,Describe
 wait_until 90 "all 300 rows SENT once every ACL is granted" all_sent
 check_config 0 "check-config: exactly-once: the progress topic .*: 1 replica and min.insync.replicas 1 \\(below"
+# the check beside the running relay r1 fences nothing of r1's: r1 goes on publishing
+fenced=$(metric r1 outbox_producers_fenced_total)
 check_config 0 "check-config: exactly-once: the TransactionalId $TOPIC_PREFIX\\.public\\.outbox\\.g0\\.check .*may be used"
+psqlc "INSERT INTO outbox ($OUTBOX_COLS) VALUES ('order', 'k1', 'E', '{}')"
+wait_until 60 "relay r1 to publish a row after the check" all_sent
+[ "$(metric r1 outbox_producers_fenced_total)" = "$fenced" ] ||
+    fail "--check-config fenced the running relay r1's producer ($fenced, then $(metric r1 outbox_producers_fenced_total))"
 stop_relay r1 || fail "relay r1 exited $? on SIGTERM"
 check "$TOPIC_PREFIX.order,$TOPIC_PREFIX.other" --exact --transactional ||
     fail "with every ACL: a row lost or delivered twice"
@@ -109,6 +115,6 @@ wait_until 60 "the relay to say no transaction coordinator answered" \
     grep -qF "no transaction coordinator answered" "$WORK/relay-r2.log"
 log "no transactions: $(grep -m1 -o 'fencing older producers.*coordinator answered' "$WORK/relay-r2.log" | cut -c1-220)"
 [ "$(count_status PENDING)" = 1 ] || fail "a row was published without a transaction coordinator"
-check_config 1 "check-config: exactly-once: the TransactionalId .*no transaction coordinator answered"
+check_config 1 "check-config: exactly-once: init_transactions with the TransactionalId .*failed after .*no transaction coordinator answered"
 stop_relay r2 || fail "relay r2 exited $? on SIGTERM"
 log "ok: each missing ACL named, nothing published until granted, then every row once; a cluster without transactions named"
