@@ -163,10 +163,11 @@ static const struct setting settings[] = {
      "when missing), keyed by table"},
     {"OUTBOX_TRANSACTION_GAP_MS", "transaction-gap-ms", SETTING_INT, OFF(transaction_gap_ms), "5", 0,
      100, NULL,
-     "exactly-once: the pause after each commit before the next transaction takes messages, so "
-     "that Kafka's coordinator has finished the commit (written its markers): a transaction "
-     "begun earlier is answered CONCURRENT_TRANSACTIONS, which librdkafka tries again only after "
-     "20 ms; 0: no pause (docs/EXACTLY_ONCE.md)"},
+     "exactly-once: the pause after each commit (or abort) before the next transaction takes "
+     "messages, so that Kafka's coordinator has finished it (written its markers): a "
+     "transaction begun earlier is answered CONCURRENT_TRANSACTIONS, which librdkafka tries "
+     "again only after 20 ms; more for a cluster whose markers take longer; 0: no pause "
+     "(docs/EXACTLY_ONCE.md)"},
     {"OUTBOX_LOG_LEVEL", "log-level", SETTING_STRING, OFF(log_level_name), "info", 0, 0,
      config_check_log_level, "debug, info, warn or error"},
     {"OUTBOX_LOG_FORMAT", "log-format", SETTING_STRING, OFF(log_format_name), "text", 0, 0,

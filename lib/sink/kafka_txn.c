@@ -51,12 +51,13 @@ static rd_kafka_error_t *init_fence(struct kafka_sink *sk, rd_kafka_t *rk)
     }
 }
 
-/* The pause after a commit (OUTBOX_TRANSACTION_GAP_MS), while the transaction still ends: no
- * message is taken meanwhile. The commit's answer (EndTxn) comes once the coordinator logged
- * it as prepared; it writes the markers after. An AddPartitionsToTxn for the next transaction
- * sent before they are written is answered CONCURRENT_TRANSACTIONS, and librdkafka sends it
- * again only after 20 ms (measured on one broker: 45 % of those sent within 3 ms of the
- * commit's answer, 3 % of those sent later). The loop serves reports meanwhile. */
+/* The pause after a commit or an abort (OUTBOX_TRANSACTION_GAP_MS), while the transaction
+ * still ends: no message is taken meanwhile. The commit's answer (EndTxn) comes once the
+ * coordinator logged it as prepared; it writes the markers after. An AddPartitionsToTxn for
+ * the next transaction sent before they are written is answered CONCURRENT_TRANSACTIONS, and
+ * librdkafka sends it again only after 20 ms (on one broker: 46 % of those sent within 3 ms
+ * of the commit's answer, 6 % of those sent later; docs/PERFORMANCE.md). An abort writes
+ * markers too. The loop serves reports meanwhile. */
 static void gap(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -79,19 +80,22 @@ static void *txn_thread(void *arg)
         pthread_mutex_unlock(&t->mu);
         rd_kafka_error_t *e = NULL;
         char msg[1024] = "";
+        int64_t ended;
         if (job == JOB_INIT) {
             e = t->initialized ? NULL : init_fence(sk, rk);
             t->initialized = !e;
             if (!e && kafka_txn_read(sk, msg, sizeof(msg)) != 0 && !msg[0])
                 snprintf(msg, sizeof(msg), "reading the progress record failed");
-        } else if (job == JOB_COMMIT) {
-            e = rd_kafka_commit_transaction(rk, JOB_TIMEOUT_MS);
+            ended = mono_ms();
+        } else {
+            e = job == JOB_COMMIT ? rd_kafka_commit_transaction(rk, JOB_TIMEOUT_MS)
+                                  : rd_kafka_abort_transaction(rk, JOB_TIMEOUT_MS);
+            ended = mono_ms();
             if (!e && sk->cfg->transaction_gap_ms > 0)
                 gap(sk->cfg->transaction_gap_ms);
-        } else {
-            e = rd_kafka_abort_transaction(rk, JOB_TIMEOUT_MS);
         }
         pthread_mutex_lock(&t->mu);
+        t->ended_ms = ended; /* the commit histogram leaves the gap out */
         t->job = JOB_NONE;
         t->done_job = job;
         t->done_err = e;
@@ -187,7 +191,7 @@ static void commit_ok(struct kafka_sink *sk)
     }
     t->state = TXN_IDLE;
     t->stats.committed++;
-    histogram_observe(&t->stats.commit, (double)(mono_ms() - t->ending_ms) / 1000.0);
+    histogram_observe(&t->stats.commit, (double)(t->ended_ms - t->ending_ms) / 1000.0);
     struct txn_held *h = t->held;
     size_t n = t->n_held;
     t->held = NULL;
