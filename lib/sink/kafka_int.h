@@ -45,7 +45,8 @@ struct kafka_txn {
     struct log_limit progress_err_log; /* a progress record's delivery failed (said every 30 s) */
     int64_t opened_ms;  /* monotonic */
     int64_t ending_ms;
-    int64_t ended_ms; /* when the last commit or abort call returned (the thread's, under mu) */
+    int64_t ended_ms; /* when the last commit or abort call returned (written by the thread
+                         under mu before done_job; read once done_cb took the job under mu) */
     struct progress_rows committed; /* committed to Kafka, not seen recorded in PostgreSQL (or
                                        recorded and kept until the standbys have the record) */
     size_t kept;                    /* how many of them are recorded and kept (eos_tail.c) */

@@ -104,8 +104,8 @@ int kafka_txn_probe(const struct sink_config *cfg, char *err, size_t errlen)
     /* called again while it times out or the coordinator loads, as the relay does, up to 20 s */
     int64_t start = mono_ms();
     rd_kafka_error_t *e;
-    while ((e = rd_kafka_init_transactions(p, 10000)) && rd_kafka_error_is_retriable(e) &&
-           mono_ms() - start < PROBE_MS)
+    while ((e = rd_kafka_init_transactions(p, (int)(PROBE_MS - (mono_ms() - start)))) &&
+           rd_kafka_error_is_retriable(e) && mono_ms() - start < PROBE_MS - 100)
         rd_kafka_error_destroy(e);
     if (e && rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED) {
         set_err(err, errlen, "init_transactions with the TransactionalId %s (the relay's %s with "

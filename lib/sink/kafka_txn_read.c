@@ -98,7 +98,9 @@ static int replication(int replicas, int min_isr, char *buf, size_t len)
 }
 
 /* The progress topic's partition that holds key, or -1 with msg; creates the topic
- * (compacted, one partition) when it does not exist, and then returns -2 (no record). */
+ * (compacted, one partition) when it does not exist, and then returns its partition 0: the
+ * read of the new, empty topic fetches once like any other, so that a missing READ shows at
+ * this takeover, not at the next one. */
 static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, size_t msglen)
 {
     const struct sink_config *cfg = sk->cfg;
@@ -141,7 +143,7 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
             rd_kafka_event_destroy(ev);
         rd_kafka_queue_destroy(q);
         rd_kafka_NewTopic_destroy(nt);
-        return created ? -2 : -1; /* a new topic holds no record yet */
+        return created ? 0 : -1;
     }
     int min_isr;
     char repl[100];
@@ -254,11 +256,6 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
         return -1;
     int rc = -1, part = progress_partition(sk, c, msg, msglen), warned = 0;
     rd_kafka_message_t *last = NULL;
-    if (part == -2) {
-        msg[0] = '\0';
-        rc = 0;
-        t->progress_part = 0;
-    }
     rd_kafka_topic_t *rkt = part >= 0 ? rd_kafka_topic_new(c, cfg->progress_topic, NULL) : NULL;
     if (rkt && rd_kafka_consume_start(rkt, part, RD_KAFKA_OFFSET_BEGINNING) == -1) {
         snprintf(msg, msglen, "reading the progress record: %s", rd_kafka_err2str(rd_kafka_last_error()));

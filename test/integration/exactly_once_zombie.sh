@@ -5,7 +5,7 @@
 # transaction's messages and commit on the way. Relay b, direct, takes the table over, fences a's producer
 # and publishes; a's requests reach the broker only after the fence, and a is resumed. Kafka
 # refuses them by the producer epoch: a read_committed consumer sees every row exactly once
-# (duplicates 0, per-key order), and a learns it was fenced or lost its leases.
+# (duplicates 0, per-key order), and a's log shows the broker's refusal.
 . "$(dirname "$0")/lib.sh"
 proxied_kafka
 setup_db
