@@ -21,8 +21,7 @@ common_bench_out exactly-once
 common_setup
 ninja -C build bench/e2e-latency >/dev/null
 export PG_DURABLE=1 RELAYTEST_NO_RABBITMQ=1
-BENCH_PIDS=()
-trap 'common_stop_relay; for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; servers_stop' EXIT
+trap 'common_stop_relay; [ -z "$lat_pid" ] || kill "$lat_pid" 2>/dev/null || true; servers_stop' EXIT
 servers_start
 bootstrap=127.0.0.1:$RELAYTEST_KAFKA_PORT
 
@@ -38,13 +37,7 @@ one() { # round mode(off|on): prints "drain_eps p50 p99 threads rss_mb"
     t0=$(date +%s.%N)
     common_relay_drain "$dsn" mark "$prefix.{aggregate_type}" "$out/relay-$db.log" "$rows"
     t1=$(date +%s.%N)
-    ./build/bench/e2e-latency --bootstrap "$bootstrap" --topic "$prefix.order" >"$out/latency-$db.txt" 2>/dev/null &
-    lat_pid=$!
-    BENCH_PIDS+=("$lat_pid")
-    sleep 2
-    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -R "$rate" -T "$seconds" \
-        -f "$out/writer-$db.sql" "$db" >"$out/pgbench-$db.txt" 2>&1
-    sleep 2
+    common_steady "$db" "$bootstrap" "$prefix.order" "$rate" "$seconds" "$out"
     local threads rss
     threads=$(awk '/^Threads:/ { print $2 }' "/proc/$relay_pid/status")
     rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$relay_pid/status")

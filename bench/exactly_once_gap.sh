@@ -24,11 +24,10 @@ common_bench_out exactly-once-gap
 common_setup
 ninja -C build bench/e2e-latency >/dev/null
 export PG_DURABLE=1 RELAYTEST_NO_RABBITMQ=1
-BENCH_PIDS=()
 kc=""
 cleanup() {
     common_stop_relay
-    for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -z "$lat_pid" ] || kill "$lat_pid" 2>/dev/null || true
     if [ -n "$kc" ]; then
         for n in n1 n2 n3; do bash test/env/kafka.sh kill "$kc/$n" 2>/dev/null || true; done
     fi
@@ -73,17 +72,11 @@ for gap in $gaps; do
         sleep 0.1
     done
     [ "$sent" = 1 ] || { echo "the first row was not published in 30 s: $out/relay-$db.log" >&2; exit 1; }
-    ./build/bench/e2e-latency --bootstrap "$bootstrap" --topic "$prefix.order" >"$out/latency-$db.txt" 2>/dev/null &
-    lat_pid=$!
-    BENCH_PIDS+=("$lat_pid")
-    sleep 2
-    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -R "$rate" -T "$seconds" \
-        -f "$out/writer-$db.sql" "$db" >"$out/pgbench-$db.txt" 2>&1
-    sleep 2
+    common_steady "$db" "$bootstrap" "$prefix.order" "$rate" "$seconds" "$out"
     common_stop_relay
     kill -TERM "$lat_pid" 2>/dev/null || true
     wait "$lat_pid" || true
-    BENCH_PIDS=()
+    lat_pid=""
     log=$out/relay-$db.log
     # begin -> first commit call: how long each transaction stayed open (a commit called
     # again after its 1 s timeout is the same transaction)

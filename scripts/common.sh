@@ -145,6 +145,20 @@ common_relay_drain() {
     done
 }
 relay_pid=""
+# common_steady DB BOOTSTRAP TOPIC RATE SECONDS OUT: commit -> consumed of TOPIC
+# (bench/e2e_latency.c, its LATENCY line in OUT/latency-DB.txt, its pid in lat_pid, to stop
+# with TERM) while pgbench runs OUT/writer-DB.sql in DB at RATE transactions/s for SECONDS s
+# (8 clients; OUT/pgbench-DB.txt), with 2 s before and after.
+lat_pid=""
+common_steady() {
+    local db=$1 bootstrap=$2 topic=$3 rate=$4 seconds=$5 out=$6
+    ./build/bench/e2e-latency --bootstrap "$bootstrap" --topic "$topic" >"$out/latency-$db.txt" 2>/dev/null &
+    lat_pid=$!
+    sleep 2
+    "$PG_BIN/pgbench" -n -h 127.0.0.1 -p "$RELAYTEST_PG_PORT" -U postgres -c 8 -j 2 -R "$rate" -T "$seconds" \
+        -f "$out/writer-$db.sql" "$db" >"$out/pgbench-$db.txt" 2>&1
+    sleep 2
+}
 common_stop_relay() { [ -z "$relay_pid" ] || { kill -TERM "$relay_pid" 2>/dev/null || true; wait "$relay_pid" 2>/dev/null || true; relay_pid=""; }; }
 
 # CPU ticks (utime + stime) of the relay's PostgreSQL sessions in database DB, one "pid ticks"
