@@ -252,8 +252,8 @@ static void claim_partitions(struct relay *r, struct strbuf *parts, struct strbu
     r->claim.fc_safety = 0;
     for (int i = 0; i < OUTBOX_LEASE_PARTITIONS; i++) {
         int p = (r->claim.bottom_next + i) % OUTBOX_LEASE_PARTITIONS;
-        if (lease_state(r, p) != LEASE_ACTIVE)
-            continue;
+        if (lease_state(r, p) != LEASE_ACTIVE || !eos_group_ready(r, eos_group_of(r->cfg, p)))
+            continue; /* (exactly-once: until its group's progress record is recorded) */
         int64_t from = r->claim.floors_on ? r->claim.floors.at[p] : 0;
         if (p == safety && from_bottom > 0) {
             from = 0;
@@ -319,7 +319,8 @@ void claim_send(struct relay *r)
                               floors.buf, ws.buf};
     if (worker_send(r, &claim_stmt, r->sql.claim, r->cfg->keep ? 10 : 9, params) == 0) {
         r->claim.wanted = 0;
-        r->claim.eos_epoch = sink_txn_epoch(r->sink);
+        for (int g = 0; g < eos_groups(r->cfg); g++)
+            r->claim.eos_epoch[g] = sink_txn_epoch(r->sink, g);
         r->claim.sent_ms = mono_ms();
         if (!claim_used_floors(fc))
             r->m.claims_from_bottom_total++;

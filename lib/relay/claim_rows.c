@@ -38,9 +38,10 @@ int claim_in_hand(const struct relay *r)
     return r->claim.res != NULL;
 }
 
-int claim_of_session(const struct relay *r)
+int claim_of_session(const struct relay *r, int partition)
 {
-    return !r->cfg->exactly_once || r->claim.eos_epoch == sink_txn_epoch(r->sink);
+    int g = eos_group_of(r->cfg, partition);
+    return !r->cfg->exactly_once || r->claim.eos_epoch[g] == sink_txn_epoch(r->sink, g);
 }
 
 int claim_cursor_row(struct relay *r, struct outbox_row *row, struct inflight_row **slot)

@@ -147,14 +147,21 @@ static const struct setting settings[] = {
      "1: exactly-once into Kafka: each group of messages goes in a Kafka transaction with a "
      "progress record, rows are recorded only after its commit, and a relay that takes the "
      "table over fences the older producer and records what it committed before it claims; "
-     "consumers read with isolation.level=read_committed. One relay of the table publishes at "
-     "a time (the others wait). Kafka sink only; every mode and layout "
+     "consumers read with isolation.level=read_committed. The relays of the table share it by "
+     "transaction groups (OUTBOX_TRANSACTION_GROUPS). Kafka sink only; every mode and layout "
+     "(docs/EXACTLY_ONCE.md)"},
+    {"OUTBOX_TRANSACTION_GROUPS", "transaction-groups", SETTING_INT, OFF(transaction_groups), "1", 1,
+     64, NULL,
+     "exactly-once: the table's 64 lease partitions form this many transaction groups (1, 2, 4, "
+     "8, 16, 32 or 64), each with a producer, a transactional.id (.g0, .g1, ...) and a progress "
+     "record of its own, held whole by one relay: up to this many relays publish the table at "
+     "once. The same on every relay of the table; change it with every relay stopped "
      "(docs/EXACTLY_ONCE.md)"},
     {"OUTBOX_TRANSACTIONAL_ID_PREFIX", "transactional-id-prefix", SETTING_STRING,
      OFF(transactional_id_prefix), "", 0, 0, config_check_relay_name,
      "exactly-once (required there): a name for this database, unique among everything that "
      "uses transactions on the Kafka cluster and the same on every relay of the table (the "
-     "service's name, say): the producer's transactional.id is it, the table and .g0 "
+     "service's name, say): the producer's transactional.id is it, the table and the group "
      "(orders.public.outbox.g0), so that Kafka fences an older relay of the table and no one else, "
      "and the table's key in the progress topic"},
     {"OUTBOX_PROGRESS_TOPIC", "progress-topic", SETTING_STRING, OFF(progress_topic),
@@ -345,6 +352,11 @@ static int check_settings(const struct config *cfg, char *err, size_t errlen)
                        "in two databases would fence each other with one id)", cfg->table);
     if (cfg->exactly_once && !cfg->progress_topic[0])
         return set_err(err, errlen, "OUTBOX_PROGRESS_TOPIC: required with OUTBOX_EXACTLY_ONCE=1");
+    if (cfg->transaction_groups & (cfg->transaction_groups - 1)) /* (groups of equal size) */
+        return set_err(err, errlen, "OUTBOX_TRANSACTION_GROUPS: expected 1, 2, 4, 8, 16, 32 or 64 (a "
+                       "divisor of the 64 lease partitions), got %d", cfg->transaction_groups);
+    if (!cfg->exactly_once && cfg->transaction_groups != 1)
+        return set_err(err, errlen, "OUTBOX_TRANSACTION_GROUPS: applies only with OUTBOX_EXACTLY_ONCE=1");
     if (cfg->batch_size > cfg->max_inflight)
         return set_err(err, errlen,
                        "OUTBOX_BATCH_SIZE: %d is larger than OUTBOX_MAX_INFLIGHT (%d); a claim "
@@ -376,7 +388,8 @@ static void derive(struct config *cfg)
         free(cfg->table);
         cfg->table = full;
     }
-    /* exactly-once: one transaction group, the whole table (the id moves with its leases) */
+    /* exactly-once: transaction group 0's id (the others': .g<n>, sink/kafka_lanes.c); the id
+     * moves between relays with the group's lease partitions */
     cfg->transactional_id = xasprintf("%s.%s.g0", cfg->transactional_id_prefix, cfg->table);
     cfg->progress_key = xstrdup(cfg->transactional_id);
     log_level_parse(cfg->log_level_name, &cfg->log_level);
@@ -488,5 +501,6 @@ void config_sink(const struct config *cfg, struct sink_config *out)
         .progress_key = cfg->progress_key,
         .transaction_timeout_ms = cfg->lease_timeout_ms,
         .transaction_gap_ms = cfg->transaction_gap_ms,
+        .transaction_groups = cfg->exactly_once ? cfg->transaction_groups : 1,
     };
 }

@@ -48,6 +48,7 @@ struct config {
     char *transactional_id_prefix;
     char *progress_topic;
     int transaction_gap_ms; /* exactly-once: the pause after each commit */
+    int transaction_groups; /* exactly-once: groups of lease partitions, each with a producer */
     char *transactional_id; /* derived: prefix.schema.table.g0 */
     char *progress_key;     /* derived: the table's key in the progress topic (its transactional.id) */
     char *sink;        /* "kafka" (default) or "rabbitmq" */

@@ -23,9 +23,10 @@
  *
  * The tail holds at most EOS_TAIL_MAX_ROWS rows: beyond that (a standby that lags, or a slot
  * that nobody uses) the oldest leave the record anyway, counted and logged with the
- * standby's name, since a progress record must stay small. The rows belong to the producer
- * session (sink_txn_epoch) whose record lists them, and to the worker session whose
- * statements recorded them: another of either starts a new tail. Each row is let go by the
+ * standby's name, since a progress record must stay small. The rows belong to their
+ * transaction group's producer session (sink_txn_epoch) whose record lists them, and to the
+ * worker session whose statements recorded them: another producer session starts the
+ * group's ring anew, another worker session the whole tail; one check serves every group. Each row is let go by the
  * version of its entry in the record, so that a later row given the same id (a sequence set
  * back by a failover) stays listed. */
 #include <inttypes.h>
@@ -86,18 +87,21 @@ static void arm(struct relay *r, int ms)
     }
 }
 
-static void count(struct relay *r)
+/* The group's count of kept rows, for its record's cap, and the metric. */
+static void count(struct relay *r, int g)
 {
     r->m.eos_tail_rows = (int64_t)r->eos_tail.n;
-    sink_txn_kept(r->sink, r->eos_tail.n);
+    sink_txn_kept(r->sink, g, r->eos_tail.ring[g].n);
 }
 
-/* Lets the oldest row go: it leaves the progress records from the next one on. */
-static void pop(struct relay *r)
+/* Lets the group's oldest row go: it leaves the progress records from the next one on. */
+static void pop(struct relay *r, int g)
 {
     struct eos_tail *t = &r->eos_tail;
-    sink_txn_release(r->sink, t->id[t->head], t->ver[t->head]);
-    t->head = (t->head + 1) % EOS_TAIL_MAX_ROWS;
+    struct eos_ring *q = &t->ring[g];
+    sink_txn_release(r->sink, g, q->id[q->head], q->ver[q->head]);
+    q->head = (q->head + 1) % EOS_TAIL_MAX_ROWS;
+    q->n--;
     t->n--;
 }
 
@@ -105,44 +109,71 @@ static void pop(struct relay *r)
 static void release_to(struct relay *r, uint64_t gen)
 {
     struct eos_tail *t = &r->eos_tail;
-    while (t->n && t->gen_of[t->head] <= gen)
-        pop(r);
+    for (int g = 0; g < eos_groups(r->cfg); g++) {
+        struct eos_ring *q = &t->ring[g];
+        size_t before = q->n;
+        while (q->n && q->gen_of[q->head] <= gen)
+            pop(r, g);
+        if (q->n != before)
+            count(r, g);
+    }
 }
 
-/* Takes the tail over for the producer session and the worker session now (other ones
- * start it empty; its rows stay in the old record, which a takeover reads). 0: no producer. */
-static uint64_t session(struct relay *r)
+/* Takes the tail over for the worker session now: another one starts it empty (its rows
+ * stay in the records, which a takeover reads). */
+static void worker_session(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
-    uint64_t epoch = sink_txn_epoch(r->sink);
-    if (epoch != t->epoch || r->m.pg_reconnects_total != t->worker) {
-        t->head = t->n = t->n_seal = 0;
-        t->epoch = epoch;
-        t->worker = r->m.pg_reconnects_total;
-        t->checked = 0;
-        t->in_flight = 0;
-        t->fails = 0;
-        t->interval_ms = TAIL_CHECK_MS;
-        count(r);
+    if (r->m.pg_reconnects_total == t->worker)
+        return;
+    for (int g = 0; g < eos_groups(r->cfg); g++) {
+        t->ring[g].head = t->ring[g].n = 0;
+        t->ring[g].epoch = 0;
+        count(r, g);
+    }
+    t->n = t->n_seal = 0;
+    t->worker = r->m.pg_reconnects_total;
+    t->checked = 0;
+    t->in_flight = 0;
+    t->fails = 0;
+    t->interval_ms = TAIL_CHECK_MS;
+    r->m.eos_tail_rows = 0;
+}
+
+/* The group's ring, taken over for its producer session now (another one starts it empty).
+ * 0: the group has no producer session. */
+static uint64_t session(struct relay *r, int g)
+{
+    struct eos_tail *t = &r->eos_tail;
+    struct eos_ring *q = &t->ring[g];
+    worker_session(r);
+    uint64_t epoch = sink_txn_epoch(r->sink, g);
+    if (epoch != q->epoch) {
+        t->n -= q->n;
+        q->head = q->n = 0;
+        q->epoch = epoch;
+        t->checked = 0; /* a new session's first check goes before its claims */
+        count(r, g);
     }
     return epoch;
 }
 
-void eos_tail_recorded(struct relay *r, int64_t id)
+void eos_tail_recorded(struct relay *r, int g, int64_t id)
 {
     struct eos_tail *t = &r->eos_tail;
-    if (!session(r))
+    struct eos_ring *q = &t->ring[g];
+    if (!session(r, g))
         return; /* not in a record */
-    uint64_t ver = sink_txn_version(r->sink, id);
+    uint64_t ver = sink_txn_version(r->sink, g, id);
     if (!ver)
         return;
-    if (!t->id) {
-        t->id = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->id));
-        t->ver = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->ver));
-        t->gen_of = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*t->gen_of));
+    if (!q->id) {
+        q->id = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*q->id));
+        q->ver = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*q->ver));
+        q->gen_of = xmalloc(EOS_TAIL_MAX_ROWS * sizeof(*q->gen_of));
     }
-    if (t->n == EOS_TAIL_MAX_ROWS) {
-        pop(r);
+    if (q->n == EOS_TAIL_MAX_ROWS) {
+        pop(r, g);
         r->m.eos_tail_unconfirmed_total++;
         long held;
         if (log_limit_due(&t->full_log, 30000, &held))
@@ -152,19 +183,25 @@ void eos_tail_recorded(struct relay *r, int64_t id)
                      "would publish them again (outbox_progress_unconfirmed_total)",
                      EOS_TAIL_MAX_ROWS, t->who[0] ? t->who : "the primary's WAL flush", t->lag, held);
     }
-    size_t at = (t->head + t->n) % EOS_TAIL_MAX_ROWS;
-    t->id[at] = id;
-    t->ver[at] = ver;
-    t->gen_of[at] = t->gen;
+    size_t at = (q->head + q->n) % EOS_TAIL_MAX_ROWS;
+    q->id[at] = id;
+    q->ver[at] = ver;
+    q->gen_of[at] = t->gen;
+    q->n++;
     t->n++;
-    count(r);
+    count(r, g);
     arm(r, interval(t));
 }
 
 int eos_tail_due(struct relay *r)
 {
     struct eos_tail *t = &r->eos_tail;
-    if (!r->cfg->exactly_once || !session(r) || t->in_flight)
+    if (!r->cfg->exactly_once || t->in_flight)
+        return 0;
+    int any = 0;
+    for (int g = 0; g < eos_groups(r->cfg); g++)
+        any |= session(r, g) != 0;
+    if (!any)
         return 0;
     int64_t now = mono_ms();
     if (now < t->retry_ms)
@@ -204,7 +241,8 @@ static void check_ok(struct relay *r, PGresult *res)
     struct eos_tail *t = &r->eos_tail;
     t->in_flight = 0;
     t->fails = 0;
-    if (t->sent_epoch != session(r) || PQntuples(res) != 1) {
+    worker_session(r);
+    if (t->sent_worker != t->worker || PQntuples(res) != 1) {
         if (t->n)
             arm(r, interval(t));
         return; /* another session's rows, or no answer: asked again */
@@ -240,7 +278,6 @@ static void check_ok(struct relay *r, PGresult *res)
             t->seal[0].at_ms <= t->sent_ms - 3 * (delay_ms > 0 ? delay_ms : 200) - TAIL_FLUSH_MARGIN_MS)
             t->nudge = 1;
     }
-    count(r);
     if (t->n < before || !before)
         t->interval_ms = TAIL_CHECK_MS;
     else
@@ -298,7 +335,8 @@ void eos_tail_send(struct relay *r)
         return;
     }
     t->sent_ms = mono_ms();
-    t->sent_epoch = session(r);
+    worker_session(r);
+    t->sent_worker = t->worker;
     t->sent_gen = t->gen++; /* rows recorded from now on wait for the next check */
     t->in_flight = 1;
     if (worker_send(r, &check_stmt, tail_sql, 0, NULL) != 0)
@@ -310,11 +348,15 @@ void eos_tail_destroy(struct relay *r)
     struct eos_tail *t = &r->eos_tail;
     if (t->timer_init)
         ev_timer_stop(r->loop, &t->timer);
-    free(t->id);
-    free(t->ver);
-    free(t->gen_of);
-    t->id = NULL;
-    t->ver = NULL;
-    t->gen_of = NULL;
+    for (int g = 0; g < OUTBOX_LEASE_PARTITIONS; g++) {
+        struct eos_ring *q = &t->ring[g];
+        free(q->id);
+        free(q->ver);
+        free(q->gen_of);
+        q->id = NULL;
+        q->ver = NULL;
+        q->gen_of = NULL;
+        q->n = 0;
+    }
     t->n = 0;
 }

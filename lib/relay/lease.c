@@ -123,7 +123,7 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
         r->lease.part[p].publish_from_ms = now + wait;
         log_lease(r, p, "acquired", wall + wait, 0);
         got++;
-        got_first |= p == 0;
+        got_first |= p % eos_group_size(r->cfg) == 0;
         takeovers += !clean;
     }
     if (got) {
@@ -133,8 +133,8 @@ static void lease_acquire_ok(struct relay *r, PGresult *res)
                  got, takeovers, (long long)(takeovers ? r->lease.grace_ms : 0),
                  lease_count_held(r->lease.part), OUTBOX_LEASE_PARTITIONS, r->lease.relays);
         claim_want(r);
-        if (r->cfg->exactly_once && got_first && lease_count_held(r->lease.part) < OUTBOX_LEASE_PARTITIONS) {
-            r->lease.due = 1; /* the group's first partition taken: the others at once */
+        if (r->cfg->exactly_once && got_first) {
+            r->lease.due = 1; /* a transaction group's first partition taken: the others at once */
             relay_want_kick(r);
         }
     }
@@ -158,6 +158,16 @@ static void lease_release_ok(struct relay *r, PGresult *res)
         }
     keep_forget_published(r);
     log_info("lease: released %d partitions; holding %d", n, lease_count_held(r->lease.part));
+    /* exactly-once: a transaction group handed back whole while running (a rebalance) ends
+     * its producer session, so that holding it again fences and reads its record anew */
+    int size = eos_group_size(r->cfg);
+    for (int g = 0; r->cfg->exactly_once && r->mode == MODE_RUNNING && g < eos_groups(r->cfg); g++) {
+        int held = 0;
+        for (int p = g * size; p < (g + 1) * size; p++)
+            held += r->lease.part[p].state != LEASE_FREE;
+        if (!held && (sink_txn_epoch(r->sink, g) || r->eos.g[g].opening))
+            r->eos.g[g].released = 1; /* (eos_tick ends it; no claim of it meanwhile) */
+    }
 }
 
 static const struct worker_stmt lease_release_stmt = {
@@ -196,10 +206,29 @@ static int send_lease_release(struct relay *r)
  * and hold each other's partitions: a relay that finds the other mode at its first scan
  * exits, naming the setting; one already running says so once and takes no partition
  * while they are there. 1 if this scan stops here. */
-static int lease_mixed_modes(struct relay *r, int relays, int eos_relays)
+static int lease_mixed_modes(struct relay *r, int relays, int eos_relays, int other_groups)
 {
     int first = r->lease.scans++ == 0, eos = r->cfg->exactly_once;
     int others = eos ? relays - eos_relays : eos_relays; /* relays in the other mode */
+    if (others <= 0 && eos && other_groups > 0) {
+        /* exactly-once relays with other transaction groups: their ids and progress records
+         * are not this relay's, so a takeover between them would read the wrong record */
+        if (first) {
+            log_error("lease: %d relay%s of %s run%s with another OUTBOX_TRANSACTION_GROUPS than this "
+                      "one (%d): the relays of one table must all have the same (to change it, stop "
+                      "them all first: docs/EXACTLY_ONCE.md); exiting", other_groups,
+                      other_groups == 1 ? "" : "s", r->cfg->table, other_groups == 1 ? "s" : "",
+                      r->cfg->transaction_groups);
+            relay_finish(r, OUTBOX_EXIT_USAGE);
+        } else if (!r->lease.mixed_logged) {
+            log_error("lease: %d relay%s of %s with another OUTBOX_TRANSACTION_GROUPS started beside "
+                      "this one (%d); it should exit, and this relay takes no partition while it is "
+                      "there", other_groups, other_groups == 1 ? "" : "s", r->cfg->table,
+                      r->cfg->transaction_groups);
+        }
+        r->lease.mixed_logged = 1;
+        return 1;
+    }
     if (others <= 0) {
         r->lease.mixed_logged = 0;
         return 0;
@@ -229,7 +258,8 @@ static void lease_scan_ok(struct relay *r, PGresult *res)
     const char *holders = PQgetvalue(res, 0, LEASE_SCAN_FOREIGN_HOLDERS);
     if (relays < 1)
         relays = 1;
-    if (lease_mixed_modes(r, relays, atoi(PQgetvalue(res, 0, LEASE_SCAN_EXACTLY_ONCE))))
+    if (lease_mixed_modes(r, relays, atoi(PQgetvalue(res, 0, LEASE_SCAN_EXACTLY_ONCE)),
+                          atoi(PQgetvalue(res, 0, LEASE_SCAN_OTHER_GROUPS))))
         return;
     if (relays != r->lease.relays && r->lease.relays)
         log_info("lease: %d relays share the table (was %d)", relays, r->lease.relays);
@@ -248,11 +278,14 @@ static void lease_scan_ok(struct relay *r, PGresult *res)
     struct strbuf parts;
     strbuf_init(&parts);
     int handback = 0;
-    /* exactly-once: the table is one transaction group, held whole by one relay */
-    int eos = r->cfg->exactly_once;
-    int n = lease_decide(r->lease.part, locked, foreign, r->lease.unowned_before,
-                         eos ? OUTBOX_LEASE_PARTITIONS : lease_balance_target(relays),
-                         eos ? OUTBOX_LEASE_PARTITIONS : 1, &parts, &handback);
+    /* exactly-once: the table's transaction groups are each held whole by one relay */
+    int size = eos_group_size(r->cfg);
+    int target = (lease_balance_target(relays) + size - 1) / size * size;
+    int n = lease_decide(r->lease.part, locked, foreign, r->lease.unowned_before, target, size, &parts,
+                         &handback);
+    if (lease_count_held(r->lease.part) % size)
+        handback = 0; /* a group still being taken: whole groups only */
+    handback -= handback % size;
     if (handback) {
         /* give back the highest partitions: stop claiming them, release once drained */
         lease_pick_handback(r->lease.part, handback);

@@ -72,17 +72,28 @@ int lease_decide(const struct lease *leases, const int *locked, const int *forei
         /* a group's other partitions only to the relay that holds its first */
         may[p] = free_now[p] && (group <= 1 || p % group == 0 || held_state(leases[p - p % group].state));
     }
+    if (group > 1) { /* a group whose first is held counts whole: its others follow it */
+        want = target;
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p += group)
+            want -= held_state(leases[p].state) ? group : 0;
+    }
     pgarray_open(acquire);
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) /* liveness: long-unowned ones */
         if (may[p] && unowned_before[p]) {
             pgarray_int(acquire, p);
             n++;
+            want -= group > 1 && p % group == 0 ? group : group > 1 ? 0 : 1;
         }
-    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS && n < want; p++) /* balance: up to the target */
-        if (may[p] && !unowned_before[p]) {
-            pgarray_int(acquire, p);
-            n++;
-        }
+    for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++) { /* balance: up to the target */
+        if (!may[p] || unowned_before[p])
+            continue;
+        int cost = group <= 1 ? 1 : p % group == 0 ? group : 0; /* (the rest of a held group: 0) */
+        if (cost > 0 && cost > want) /* (a held group's rest: always) */
+            continue;
+        pgarray_int(acquire, p);
+        n++;
+        want -= cost;
+    }
     pgarray_close(acquire);
     *handback = !any_free && held > target ? held - target : 0;
     memcpy(unowned_before, free_now, sizeof(free_now));

@@ -294,9 +294,14 @@ static void sql_leases(struct outbox_sql *sql, const struct config *cfg, const s
         "  (SELECT string_agg(DISTINCT 'pid ' || l.pid || coalesce(' (' || nullif(a.application_name, '')"
         "   || ')', ''), ', ') FROM l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
         "   WHERE l.p < %d AND l.pid NOT IN (SELECT pid FROM m)),"
-        "  (SELECT count(*) FROM l WHERE p = %d AND pid IN (SELECT pid FROM m))",
+        "  (SELECT count(*) FROM l WHERE p = %d AND pid IN (SELECT pid FROM m)),"
+        /* exactly-once relays whose groups lock is not this relay's (1 group: any such lock) */
+        "  (SELECT count(*) FROM m WHERE pid IN (SELECT pid FROM l WHERE p = %d)"
+        "   AND pid NOT IN (SELECT pid FROM l WHERE p = %d)"
+        "   AND (%d > 1 OR pid IN (SELECT pid FROM l WHERE p BETWEEN %d AND %d)))",
         OUTBOX_MEMBER_LOCK, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS, OUTBOX_LEASE_PARTITIONS,
-        OUTBOX_EOS_LOCK);
+        OUTBOX_EOS_LOCK, OUTBOX_EOS_LOCK, OUTBOX_EOS_GROUPS_LOCK + cfg->transaction_groups,
+        cfg->transaction_groups, OUTBOX_EOS_GROUPS_LOCK + 2, OUTBOX_EOS_GROUPS_LOCK + OUTBOX_LEASE_PARTITIONS);
     /* The acquisition's fencing token: the server's clock in microseconds when the lock was
      * taken, after the previous holder's session let it go; carried in every message. */
     sql->lease_acquire = xasprintf("SELECT p, pg_try_advisory_lock($1::int, p), last.event, last.relay,"
@@ -331,12 +336,16 @@ static void sql_sessions(struct outbox_sql *sql, const struct config *cfg, const
                   "SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = %d; "
                   "SET tcp_user_timeout = %d; SELECT pg_advisory_lock_shared(%d, %d); "
                   "SELECT pg_advisory_lock_shared(%d, %d) WHERE %s; "
+                  "SELECT pg_advisory_lock_shared(%d, %d) WHERE %s; "
                   "SET application_name = 'outbox-relay ",
                   cfg->statement_timeout_ms, cfg->lease_timeout_ms * 3 / 10,
                   cfg->lease_timeout_ms / 2000 > 0 ? cfg->lease_timeout_ms / 2000 : 1,
                   cfg->lease_timeout_ms / 2, sql->lease_key, OUTBOX_MEMBER_LOCK,
                   /* exactly-once relays say so: relays in the other mode refuse the table */
-                  sql->lease_key, OUTBOX_EOS_LOCK, cfg->exactly_once ? "true" : "false");
+                  sql->lease_key, OUTBOX_EOS_LOCK, cfg->exactly_once ? "true" : "false",
+                  /* and their transaction groups, when more than one */
+                  sql->lease_key, OUTBOX_EOS_GROUPS_LOCK + cfg->transaction_groups,
+                  cfg->exactly_once && cfg->transaction_groups > 1 ? "true" : "false");
     /* the name was validated: at most 50 printable ASCII characters; quotes are dropped */
     for (const char *c = cfg->relay_name ? cfg->relay_name : ""; *c; c++)
         if (*c != '\'' && *c != '\\')

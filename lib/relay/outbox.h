@@ -80,7 +80,8 @@ enum row_failed_col {
 };
 enum lease_scan_col {
     LEASE_SCAN_RELAYS, LEASE_SCAN_LOCKED, LEASE_SCAN_FOREIGN, LEASE_SCAN_FOREIGN_HOLDERS,
-    LEASE_SCAN_EXACTLY_ONCE /* relays of them in exactly-once mode */
+    LEASE_SCAN_EXACTLY_ONCE, /* relays of them in exactly-once mode */
+    LEASE_SCAN_OTHER_GROUPS  /* of those, relays with another OUTBOX_TRANSACTION_GROUPS */
 };
 enum lease_acquire_col {
     LEASE_ACQUIRE_PARTITION, LEASE_ACQUIRE_GOT, LEASE_ACQUIRE_LAST_EVENT, LEASE_ACQUIRE_LAST_HOLDER,

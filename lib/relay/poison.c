@@ -108,7 +108,12 @@ static int dl_send(struct relay *r, size_t i)
         .event_id = d->event_id,
         .event_type = d->event_type,
         .created_ms = d->created_ms,
+        .txn_group = d->group,
     };
+    /* exactly-once: the row's group's producer, or one that may produce (a copy is in no
+     * progress record: any group's transaction does) */
+    for (int g = 0; g < eos_groups(r->cfg) && !eos_group_ready(r, msg.txn_group); g++)
+        msg.txn_group = g;
     int err = 0;
     enum sink_queued q =
         sink_produce(r->sink, &msg, d->aggregate_id, d->payload, d->payload_len, d->created_ms, -d->id, &err);
@@ -215,7 +220,7 @@ void poison_dead_letter_report(struct relay *r, int64_t id, int err)
 
 /* Sends a parked row to the dead-letter topic (headers only when the payload is gone), and
  * keeps it until the broker acknowledges it. */
-static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason)
+static void dead_letter(struct relay *r, const struct outbox_row *row, const char *reason, int group)
 {
     struct poison_state *ps = &r->poison;
     if (!r->cfg->dead_letter_topic[0])
@@ -239,6 +244,7 @@ static void dead_letter(struct relay *r, const struct outbox_row *row, const cha
         .payload = with_payload ? xmalloc(row->payload_len + 1) : NULL,
         .payload_len = with_payload ? row->payload_len : 0,
         .created_ms = row->created_ms,
+        .group = group,
     };
     if (with_payload)
         memcpy(d->payload, row->payload, row->payload_len);
@@ -252,7 +258,7 @@ void poison_park_row(struct relay *r, struct inflight_row *slot, const struct ou
 {
     window_set_state(&r->win, slot, ROW_PARKING);
     queue_update(r, row->id, reason, 0);
-    dead_letter(r, row, reason);
+    dead_letter(r, row, reason, eos_group_of(r->cfg, slot->partition));
     if (strcmp(r->cfg->poison_policy, "block") == 0)
         claim_hold_key(r, row->aggregate_id);
 }
@@ -284,7 +290,8 @@ static void update_ok(struct relay *r, PGresult *res)
                 .event_type = PQgetvalue(res, 0, ROW_FAILED_EVENT_TYPE),
                 .created_ms = strtoll(PQgetvalue(res, 0, ROW_FAILED_CREATED_MS), NULL, 10),
             };
-            dead_letter(r, &row, u->reason);
+            const struct inflight_row *in = window_find(&r->win, u->id);
+            dead_letter(r, &row, u->reason, in ? eos_group_of(r->cfg, in->partition) : 0);
         }
     } else if (PQntuples(res) == 1) {
         log_warn("relay: row %lld failed alone (attempt %s of %d): %s", (long long)u->id,

@@ -62,7 +62,7 @@ void produce_claimed(struct relay *r)
     for (; claim_rows_left(r) > 0 && r->mode == MODE_RUNNING; claim_advance(r)) {
         if (!claim_cursor_row(r, &row, &slot))
             continue;
-        if (lease_state(r, slot->partition) != LEASE_ACTIVE || !claim_of_session(r)) {
+        if (lease_state(r, slot->partition) != LEASE_ACTIVE || !claim_of_session(r, slot->partition)) {
             /* the lease is going or gone, or (exactly-once) the claim was sent in a producer
              * session that is gone, before the new one's progress record was recorded: the
              * rows stay PENDING */
@@ -78,6 +78,7 @@ void produce_claimed(struct relay *r)
         if (build_message(r, slot, &row, &msg) != 0)
             continue;
         message_add_relay_header(&msg, "outbox_lease", lease_token(r, slot->partition));
+        msg.txn_group = eos_group_of(r->cfg, slot->partition); /* (exactly-once: its producer) */
         int kslot = kshare_slot(&r->kshare, msg.topic, row.aggregate_id, strlen(row.aggregate_id));
         int first;
         enum kshare_verdict verdict = kshare_admit(&r->kshare, kslot, row.aggregate_id, &first);
@@ -190,10 +191,10 @@ static void on_partitions(void *ctx, const char *topic, int count)
     kshare_set_count(&r->kshare, topic, count);
 }
 
-static void on_recovered(void *ctx, uint64_t epoch, const int64_t *ids, char *const *event_ids,
+static void on_recovered(void *ctx, int group, uint64_t epoch, const int64_t *ids, char *const *event_ids,
                          size_t n, const char *err)
 {
-    eos_on_recovered(ctx, epoch, ids, event_ids, n, err);
+    eos_on_recovered(ctx, group, epoch, ids, event_ids, n, err);
 }
 
 const struct sink_callbacks produce_sink_callbacks = {on_delivery, on_fatal, on_partitions, on_recovered};

@@ -30,7 +30,7 @@ static void mark_ok(struct relay *r, PGresult *res)
     if (r->cfg->exactly_once && refused == 0)
         for (size_t i = 0; i < r->win.n; i++)
             if (r->win.rows[i].state == ROW_MARKING)
-                eos_tail_recorded(r, r->win.rows[i].id);
+                eos_tail_recorded(r, eos_group_of(r->cfg, r->win.rows[i].partition), r->win.rows[i].id);
     size_t n = window_remove_state(&r->win, ROW_MARKING);
     r->m.marked_total += n;
     log_debug("mark: %zu rows SENT, in flight %zu", n, r->win.n);

@@ -73,7 +73,8 @@ struct claim_state {
     int fc_safety;             /* the claim in flight reads the safety pass's partition */
     int64_t safety_due_ms;     /* monotonic */
     long long requeued;        /* the doorbell's requeue count the last claim saw */
-    uint64_t eos_epoch;        /* exactly-once: the producer session the claim in flight was sent in */
+    uint64_t eos_epoch[OUTBOX_LEASE_PARTITIONS]; /* exactly-once: each transaction group's
+                                                    producer session when the claim in flight was sent */
     int requeued_known;
 };
 
@@ -116,6 +117,7 @@ struct dead_letter {
     int64_t created_ms;
     int queued;   /* handed to the sink, its report not yet served */
     int attempts; /* sends that failed */
+    int group;    /* exactly-once: its row's transaction group */
 };
 
 /* Written by poison.c. */
@@ -156,8 +158,8 @@ struct keep_state {
     int64_t save_due_ms;
 };
 
-/* Written by eos.c: exactly-once (OUTBOX_EXACTLY_ONCE). */
-struct eos_state {
+/* Written by eos.c: exactly-once (OUTBOX_EXACTLY_ONCE), per transaction group. */
+struct eos_group {
     uint64_t ready_epoch;   /* the producer session whose progress record is recorded: claims go */
     uint64_t pending_epoch; /* a progress record's rows to record (below), for this session */
     uint64_t sent_epoch;    /* the session the recording statement in flight is for */
@@ -165,31 +167,61 @@ struct eos_state {
     char **event_ids;
     size_t n;
     int opening;            /* the sink fences and reads; on_recovered follows */
+    int released;           /* lease.c: handed back whole while its session stood: eos_tick ends it */
     int64_t open_sent_ms, open_due_ms; /* monotonic */
     int retry_ms;           /* after the last failed fence or read (0: none failed since the last success) */
     char last_err[200];     /* the last failure said (a new one is said at once) */
-    struct log_limit wait_log, fail_log;
+    struct log_limit fail_log;
 };
+
+struct eos_state {
+    struct eos_group g[OUTBOX_LEASE_PARTITIONS]; /* OUTBOX_TRANSACTION_GROUPS of them in use */
+    int sent_group;         /* the group of the recording statement in flight */
+    struct log_limit wait_log;
+};
+
+/* Exactly-once: transaction groups (1 when off) and the group of a lease partition. */
+static inline int eos_groups(const struct config *cfg)
+{
+    return cfg->exactly_once ? cfg->transaction_groups : 1;
+}
+
+/* Lease partitions that move together between relays: a transaction group's (exactly-once),
+ * else each alone. */
+static inline int eos_group_size(const struct config *cfg)
+{
+    return cfg->exactly_once ? OUTBOX_LEASE_PARTITIONS / cfg->transaction_groups : 1;
+}
+
+static inline int eos_group_of(const struct config *cfg, int partition)
+{
+    return cfg->exactly_once ? partition / eos_group_size(cfg) : 0;
+}
 
 /* Written by eos_tail.c: rows recorded in PostgreSQL that stay in the progress record until
  * every standby has their record (a ring of ids, each with the generation it joined in), and
  * the generations sealed by a check, each with the WAL insert position that bounds them. */
 #define EOS_TAIL_MAX_ROWS 6000
 #define EOS_TAIL_SEALS 64
-struct eos_tail {
+struct eos_ring {          /* one transaction group's rows (its own progress record) */
     int64_t *id;
     uint64_t *ver;          /* the version of its entry in the record (sink_txn_version) */
     uint64_t *gen_of;
     size_t head, n;
+    uint64_t epoch;         /* the group's producer session the rows belong to */
+};
+
+struct eos_tail {
+    struct eos_ring ring[OUTBOX_LEASE_PARTITIONS]; /* one per transaction group in use */
+    size_t n;               /* rows in them all */
     uint64_t gen;           /* rows recorded now join this generation */
     struct {
         uint64_t gen, lsn;  /* rows of gen and older committed below lsn ... */
         int64_t at_ms;      /* ... before this time (monotonic: the check's sending) */
     } seal[EOS_TAIL_SEALS];
     size_t n_seal;
-    uint64_t epoch;         /* the producer session the rows belong to */
-    uint64_t worker;        /* and the worker session (its reconnects) that recorded them */
-    uint64_t sent_epoch, sent_gen;
+    uint64_t worker;        /* the worker session (its reconnects) that recorded the rows */
+    uint64_t sent_worker, sent_gen;
     int64_t sent_ms;        /* monotonic: the last check's */
     int interval_ms;        /* between checks while rows wait */
     int in_flight;
@@ -432,7 +464,7 @@ size_t claim_rows_below_floors(const struct relay *r);
 int claim_in_hand(const struct relay *r);
 /* Exactly-once: the claim in hand was sent in the producer's current session (always 1
  * otherwise); a claim of a session that is gone is not produced. */
-int claim_of_session(const struct relay *r);
+int claim_of_session(const struct relay *r, int partition);
 /* The row at the claim's cursor as the message mapping reads it (borrowed from the claim's
  * result: valid until the claim is released), with its window slot: 1; 0 when it is no
  * longer queued in the window (to be passed over) or no row is left. */
@@ -517,18 +549,26 @@ void lease_drain_all(struct relay *r);
 int lease_all_released(const struct relay *r);
 
 /* eos.c */
+/* Whether the group's rows may be claimed: its progress record recorded in this producer
+ * session, which still stands (1 when off). */
+static inline int eos_group_ready(const struct relay *r, int group)
+{
+    const struct eos_group *e = &r->eos.g[group];
+    return !r->cfg->exactly_once ||
+           (e->ready_epoch && !e->released && e->ready_epoch == sink_txn_epoch(r->sink, group));
+}
 int eos_claims_allowed(const struct relay *r);
-/* Asks the sink to fence and read the progress record once this relay holds the table. */
+/* Asks the sink to fence and read a group's progress record once this relay holds it. */
 void eos_tick(struct relay *r);
-void eos_on_recovered(struct relay *r, uint64_t epoch, const int64_t *ids, char *const *event_ids,
-                      size_t n, const char *err);
+void eos_on_recovered(struct relay *r, int group, uint64_t epoch, const int64_t *ids,
+                      char *const *event_ids, size_t n, const char *err);
 int eos_recover_due(const struct relay *r);
 void eos_recover_send(struct relay *r);
 void eos_destroy(struct relay *r);
 
 /* eos_tail.c: a row's record committed (it leaves the progress record once every standby has
  * it); a check of the standbys' positions is due, and sends it. */
-void eos_tail_recorded(struct relay *r, int64_t id);
+void eos_tail_recorded(struct relay *r, int group, int64_t id);
 int eos_tail_due(struct relay *r);
 void eos_tail_send(struct relay *r);
 void eos_tail_destroy(struct relay *r);

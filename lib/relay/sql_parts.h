@@ -9,6 +9,8 @@
 #define OUTBOX_MEMBER_LOCK 1000
 /* held shared, beside it, by the relays of the table in exactly-once mode */
 #define OUTBOX_EOS_LOCK 1001
+/* and, with OUTBOX_TRANSACTION_GROUPS = G above 1, this + G (1003 .. 1065) */
+#define OUTBOX_EOS_GROUPS_LOCK 1001
 /* The pg_locks rows (alias l) of the relays that are members of the table's leases now, in
  * this database; a format with one %d: the table's lease key (outbox_lease_key). */
 #define OUTBOX_STR_(x) #x

@@ -441,6 +441,14 @@ static void k_abandon(struct sink *base, int timeout_ms)
     }
 }
 
+/* Exactly-once: the group's lease partitions were handed back, nothing of them in flight:
+ * a new producer, which fences and reads the record again when the group is held again. */
+static void k_txn_close(struct sink *base, int group)
+{
+    (void)group; /* one producer: its group */
+    k_abandon(base, 200);
+}
+
 static int k_recreate(struct sink *base, char *err, size_t errlen)
 {
     struct kafka_sink *sk = (struct kafka_sink *)base;
@@ -519,7 +527,7 @@ enum failure_reason sink_kafka_classify(int err)
     }
 }
 
-static const char *k_err_str(int err)
+const char *sink_kafka_err_str(int err)
 {
     if (err == KAFKA_ERR_UNCONFIRMED)
         return "reported delivered without an offset: no proof that the broker wrote it";
@@ -547,7 +555,7 @@ static const struct sink_ops kafka_ops = {
     .unconfirmed = k_unconfirmed,
     .abandon = k_abandon,
     .classify = sink_kafka_classify,
-    .err_str = k_err_str,
+    .err_str = sink_kafka_err_str,
     .partition = sink_kafka_partition,
     .txn_open = kafka_txn_open,
     .txn_epoch = kafka_txn_epoch,
@@ -556,6 +564,7 @@ static const struct sink_ops kafka_ops = {
     .txn_version = kafka_txn_version,
     .txn_release = kafka_txn_release,
     .txn_kept = kafka_txn_kept,
+    .txn_close = k_txn_close,
     .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS
     .test_fatal = k_test_fatal,

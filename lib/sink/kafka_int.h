@@ -162,15 +162,15 @@ void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *
  * (within timeout_ms) and its messages fail (reported when report is 1); the next producer
  * fences again before it produces. */
 void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report);
-int kafka_txn_open(struct sink *base);
-uint64_t kafka_txn_epoch(const struct sink *base);
-void kafka_txn_ready(struct sink *base, uint64_t epoch);
+int kafka_txn_open(struct sink *base, int group);
+uint64_t kafka_txn_epoch(const struct sink *base, int group);
+void kafka_txn_ready(struct sink *base, int group, uint64_t epoch);
 /* A fatal error of the producer (counted when it is a fence). */
 void kafka_txn_note_fatal(struct kafka_sink *sk, int code);
-void kafka_txn_carry(struct sink *base, uint64_t epoch, int64_t row_id, const char *event_id);
-uint64_t kafka_txn_version(const struct sink *base, int64_t row_id);
-void kafka_txn_release(struct sink *base, int64_t row_id, uint64_t version);
-void kafka_txn_kept(struct sink *base, size_t n);
+void kafka_txn_carry(struct sink *base, int group, uint64_t epoch, int64_t row_id, const char *event_id);
+uint64_t kafka_txn_version(const struct sink *base, int group, int64_t row_id);
+void kafka_txn_release(struct sink *base, int group, int64_t row_id, uint64_t version);
+void kafka_txn_kept(struct sink *base, int group, size_t n);
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out);
 
 #endif

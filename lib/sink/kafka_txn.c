@@ -381,7 +381,7 @@ static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *ms
                  e ? kafka_txn_hint(sk->cfg, rd_kafka_error_code(e), hint, sizeof(hint)) : "");
         t->state = TXN_CLOSED;
         free_rec(t);
-        sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, why); /* asked again later */
+        sk->cb.on_recovered(sk->ctx, 0, 0, NULL, NULL, 0, why); /* asked again later */
         if (e && rd_kafka_error_is_fatal(e))
             txn_fatal(sk, e, "fencing older producers (init_transactions)");
         return;
@@ -394,7 +394,7 @@ static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *ms
      * producer took a second more) */
     if (!t->progress_rkt)
         t->progress_rkt = rd_kafka_topic_new(sk->rk, sk->cfg->progress_topic, NULL);
-    sk->cb.on_recovered(sk->ctx, t->epoch, t->rec_id, t->rec_event_id, t->n_rec, NULL);
+    sk->cb.on_recovered(sk->ctx, 0, t->epoch, t->rec_id, t->rec_event_id, t->n_rec, NULL);
     free_rec(t);
 }
 
@@ -509,11 +509,12 @@ void kafka_txn_drop(struct kafka_sink *sk, int timeout_ms, int report)
     progress_clear(&t->committed); /* the next producer reads them from the progress record */
     t->kept = 0;
     if (was_opening && report) /* the fence and read asked for will not answer: ask again */
-        sk->cb.on_recovered(sk->ctx, 0, NULL, NULL, 0, "the producer was made anew while it fenced");
+        sk->cb.on_recovered(sk->ctx, 0, 0, NULL, NULL, 0, "the producer was made anew while it fenced");
 }
 
-int kafka_txn_open(struct sink *base)
+int kafka_txn_open(struct sink *base, int group)
 {
+    (void)group; /* one producer: its group */
     struct kafka_sink *sk = (struct kafka_sink *)base;
     struct kafka_txn *t = sk->txn;
     if (!t || !sk->rk || t->state != TXN_CLOSED)
@@ -523,14 +524,16 @@ int kafka_txn_open(struct sink *base)
     return 0;
 }
 
-uint64_t kafka_txn_epoch(const struct sink *base)
+uint64_t kafka_txn_epoch(const struct sink *base, int group)
 {
+    (void)group;
     const struct kafka_txn *t = ((const struct kafka_sink *)base)->txn;
     return t && t->state != TXN_CLOSED && t->state != TXN_OPENING ? t->epoch : 0;
 }
 
-void kafka_txn_ready(struct sink *base, uint64_t epoch)
+void kafka_txn_ready(struct sink *base, int group, uint64_t epoch)
 {
+    (void)group;
     struct kafka_txn *t = ((struct kafka_sink *)base)->txn;
     if (t && epoch && epoch == t->epoch)
         t->ready = 1;

@@ -169,6 +169,7 @@ int message_build_layout(const struct outbox_row *row, const struct message_layo
     msg->n_headers = 0;
     msg->n_row_headers = 0;
     msg->json = NULL;
+    msg->txn_group = 0;
     msg->event_id = row->event_id;
     msg->event_type = row->event_type;
     msg->content_type = lay->content_type;

@@ -48,6 +48,9 @@ struct message {
     const char *event_type;
     const char *content_type; /* the payload column's (layout's content_type), or NULL */
     int64_t created_ms;
+    /* Exactly-once: the transaction group of the row's lease partition, whose producer
+     * sends it (set by the relay; 0 from the builders) */
+    int txn_group;
 };
 
 /* How rows become messages: set once per relay (or replay) from its settings and table. */

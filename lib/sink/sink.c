@@ -9,5 +9,7 @@ struct sink *sink_new(struct ev_loop *loop, const struct sink_config *cfg,
 {
     if (cfg->rabbitmq)
         return sink_rabbitmq_new(loop, cfg, cb, ctx, err, errlen);
+    if (cfg->transactional_id && cfg->transaction_groups > 1)
+        return sink_kafka_lanes_new(loop, cfg, cb, ctx, err, errlen);
     return sink_kafka_new(loop, cfg, cb, ctx, err, errlen);
 }

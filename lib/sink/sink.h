@@ -37,7 +37,9 @@ struct sink_config {
      * transaction with the progress record (kafka_txn.c); NULL transactional_id: off. */
     const char *transactional_id;
     const char *progress_topic;
-    const char *progress_key;       /* this table's key in it */
+    const char *progress_key;       /* this table's key in it (group 0's) */
+    int transaction_groups;         /* OUTBOX_TRANSACTION_GROUPS: producers, one per group (1..64);
+                                     * group g's id and key are group 0's with .g0 made .g<g> */
     int transaction_timeout_ms;
     int transaction_gap_ms; /* the pause after each commit (kafka_txn.c) */
 };
@@ -82,8 +84,8 @@ struct sink_callbacks {
      * (by id and event_id, borrowed for the call), epoch the producer's session that may
      * now produce (sink_txn_epoch); or err (n 0, epoch 0) when it could not, to be asked
      * again later. */
-    void (*on_recovered)(void *ctx, uint64_t epoch, const int64_t *ids, char *const *event_ids,
-                         size_t n, const char *err);
+    void (*on_recovered)(void *ctx, int group, uint64_t epoch, const int64_t *ids,
+                         char *const *event_ids, size_t n, const char *err);
 };
 
 struct sink;
@@ -111,22 +113,27 @@ struct sink_ops {
     /* The partition of a key among count, as the broker's producer picks it; NULL when the
      * sink has no partitions (then no partition shares apply). */
     int32_t (*partition)(const char *key, size_t keylen, int count);
-    /* Exactly-once only (NULL in other sinks): txn_open starts fencing and reading the
-     * progress record (on_recovered reports; 0 started, -1 already under way or not
-     * possible now); txn_epoch is the producer session that may produce (0: none yet);
-     * txn_carry puts a row an earlier producer committed into this session's record;
-     * txn_version is the version of a row's entry in the record (0: none), and
-     * txn_release takes it out only if it still has that version (a row recorded and kept
-     * until the standbys have its record: a later row given the same id stays);
-     * txn_kept says how many rows of the record are such recorded rows (they do not count
-     * against the cap on rows committed and not recorded). */
-    int (*txn_open)(struct sink *sk);
-    uint64_t (*txn_epoch)(const struct sink *sk);
-    void (*txn_ready)(struct sink *sk, uint64_t epoch);
-    void (*txn_carry)(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id);
-    uint64_t (*txn_version)(const struct sink *sk, int64_t row_id);
-    void (*txn_release)(struct sink *sk, int64_t row_id, uint64_t version);
-    void (*txn_kept)(struct sink *sk, size_t n);
+    /* Exactly-once only (NULL in other sinks). The table's lease partitions form
+     * transaction groups (OUTBOX_TRANSACTION_GROUPS), each with a producer, a
+     * transactional.id and a progress record of its own; group picks one (0 when there is
+     * one). txn_open starts fencing and reading the group's progress record (on_recovered
+     * reports; 0 started, -1 already under way or not possible now); txn_epoch is the
+     * group's producer session that may produce (0: none yet); txn_carry puts a row an
+     * earlier producer committed into this session's record; txn_version is the version of
+     * a row's entry in the record (0: none), and txn_release takes it out only if it still
+     * has that version (a row recorded and kept until the standbys have its record: a later
+     * row given the same id stays); txn_kept says how many rows of the record are such
+     * recorded rows (they do not count against the cap on rows committed and not recorded);
+     * txn_close ends the group's session (its lease partitions were handed back: nothing of
+     * it is in flight), so that holding it again fences and reads anew. */
+    int (*txn_open)(struct sink *sk, int group);
+    uint64_t (*txn_epoch)(const struct sink *sk, int group);
+    void (*txn_ready)(struct sink *sk, int group, uint64_t epoch);
+    void (*txn_carry)(struct sink *sk, int group, uint64_t epoch, int64_t row_id, const char *event_id);
+    uint64_t (*txn_version)(const struct sink *sk, int group, int64_t row_id);
+    void (*txn_release)(struct sink *sk, int group, int64_t row_id, uint64_t version);
+    void (*txn_kept)(struct sink *sk, int group, size_t n);
+    void (*txn_close)(struct sink *sk, int group);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
@@ -216,43 +223,50 @@ static inline const char *sink_err_str(const struct sink *sk, int err)
     return sk->ops->err_str(err);
 }
 
-static inline int sink_txn_open(struct sink *sk)
+static inline int sink_txn_open(struct sink *sk, int group)
 {
-    return sk->ops->txn_open ? sk->ops->txn_open(sk) : -1;
+    return sk->ops->txn_open ? sk->ops->txn_open(sk, group) : -1;
 }
 
-static inline uint64_t sink_txn_epoch(const struct sink *sk)
+static inline uint64_t sink_txn_epoch(const struct sink *sk, int group)
 {
-    return sk->ops->txn_epoch ? sk->ops->txn_epoch(sk) : 0;
+    return sk->ops->txn_epoch ? sk->ops->txn_epoch(sk, group) : 0;
 }
 
-static inline void sink_txn_ready(struct sink *sk, uint64_t epoch)
+static inline void sink_txn_ready(struct sink *sk, int group, uint64_t epoch)
 {
     if (sk->ops->txn_ready)
-        sk->ops->txn_ready(sk, epoch);
+        sk->ops->txn_ready(sk, group, epoch);
 }
 
-static inline void sink_txn_carry(struct sink *sk, uint64_t epoch, int64_t row_id, const char *event_id)
+static inline void sink_txn_carry(struct sink *sk, int group, uint64_t epoch, int64_t row_id,
+                                  const char *event_id)
 {
     if (sk->ops->txn_carry)
-        sk->ops->txn_carry(sk, epoch, row_id, event_id);
+        sk->ops->txn_carry(sk, group, epoch, row_id, event_id);
 }
 
-static inline uint64_t sink_txn_version(const struct sink *sk, int64_t row_id)
+static inline uint64_t sink_txn_version(const struct sink *sk, int group, int64_t row_id)
 {
-    return sk->ops->txn_version ? sk->ops->txn_version(sk, row_id) : 0;
+    return sk->ops->txn_version ? sk->ops->txn_version(sk, group, row_id) : 0;
 }
 
-static inline void sink_txn_release(struct sink *sk, int64_t row_id, uint64_t version)
+static inline void sink_txn_release(struct sink *sk, int group, int64_t row_id, uint64_t version)
 {
     if (sk->ops->txn_release)
-        sk->ops->txn_release(sk, row_id, version);
+        sk->ops->txn_release(sk, group, row_id, version);
 }
 
-static inline void sink_txn_kept(struct sink *sk, size_t n)
+static inline void sink_txn_kept(struct sink *sk, int group, size_t n)
 {
     if (sk->ops->txn_kept)
-        sk->ops->txn_kept(sk, n);
+        sk->ops->txn_kept(sk, group, n);
+}
+
+static inline void sink_txn_close(struct sink *sk, int group)
+{
+    if (sk->ops->txn_close)
+        sk->ops->txn_close(sk, group);
 }
 
 static inline void sink_txn_stats(const struct sink *sk, struct sink_txn_stats *out)

@@ -36,6 +36,8 @@ cases=(
     "OUTBOX_EXACTLY_ONCE=1|OUTBOX_TRANSACTIONAL_ID_PREFIX"
     "OUTBOX_EXACTLY_ONCE=yes|OUTBOX_EXACTLY_ONCE"
     "OUTBOX_TRANSACTIONAL_ID_PREFIX=has space|OUTBOX_TRANSACTIONAL_ID_PREFIX"
+    "OUTBOX_TRANSACTION_GROUPS=4|OUTBOX_TRANSACTION_GROUPS: applies only with OUTBOX_EXACTLY_ONCE=1"
+    "OUTBOX_TRANSACTION_GROUPS=128|OUTBOX_TRANSACTION_GROUPS"
 )
 n=0
 for c in "${cases[@]}"; do
@@ -60,6 +62,12 @@ for other in "OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL=amqp://u:p@127.0.0.1:1/";
         fail "OUTBOX_EXACTLY_ONCE=1 with $other: expected exit 2 naming OUTBOX_EXACTLY_ONCE, got $rc ($out)"
     n=$((n + 1))
 done
+# transaction groups that do not divide the 64 lease partitions evenly
+out=$(env OUTBOX_EXACTLY_ONCE=1 OUTBOX_TRANSACTIONAL_ID_PREFIX=svc OUTBOX_TRANSACTION_GROUPS=3 "$RELAYTEST_RELAY_BIN" 2>&1) &&
+    rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -qF "OUTBOX_TRANSACTION_GROUPS: expected 1, 2, 4, 8, 16, 32 or 64" <<<"$out" ||
+    fail "OUTBOX_TRANSACTION_GROUPS=3: expected exit 2 naming the setting, got $rc ($out)"
+n=$((n + 1))
 log "$n invalid settings rejected with exit 2 and a message naming the setting"
 
 # A bad DSN never prints its password: malformed ones (exit 2), from the environment and

@@ -100,6 +100,28 @@ int main(void)
         memset(before, 0, sizeof(before)); /* (the last decision noted what was free then) */
         strbuf_reset(&acq);
         is_int(lease_decide(g, lk, fg, before, 32, 1, &acq, &back), 32, "group 1: partitions alone, up to the target");
+        /* OUTBOX_TRANSACTION_GROUPS=4: groups of 16; two relays, a target of 32 each */
+        set_all(g, LEASE_FREE);
+        memset(before, 0, sizeof(before));
+        memset(lk, 0, sizeof(lk));
+        strbuf_reset(&acq);
+        is_int(lease_decide(g, lk, fg, before, 32, 16, &acq, &back), 2, "groups of 16, nothing held: two groups' first");
+        is_str(acq.buf, "{0,16}", "the first partitions of as many groups as the target holds");
+        for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
+            lk[p] = p < 16 || p == 32; /* another relay holds group 0 whole and group 2's first */
+        g[16].state = LEASE_ACTIVE;
+        lk[16] = 1;
+        memset(before, 1, sizeof(before)); /* everything free unowned for two scans */
+        strbuf_reset(&acq);
+        lease_decide(g, lk, fg, before, 32, 16, &acq, &back);
+        ok(strstr(acq.buf, "17,") && !strstr(acq.buf, ",33") && strstr(acq.buf, "48"),
+           "the rest of its own group and a free group's first, never group 2's other partitions (%s)",
+           acq.buf);
+        memset(before, 0, sizeof(before));
+        strbuf_reset(&acq);
+        lease_decide(g, lk, fg, before, 16, 16, &acq, &back);
+        is_str(acq.buf, "{17,18,19,20,21,22,23,24,25,26,27,28,29,30,31}",
+               "at the target: the rest of its group alone, no other group's first");
         strbuf_destroy(&acq);
     }
     return done();
