@@ -6,10 +6,11 @@
 # twice, and PostgreSQL (its own durable cluster, fsync on) is killed with -m immediate
 # once. Then every topic is consumed and compared with the table.
 #   test/chaos/chaos.sh [--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete]
-#                       [--sink kafka|rabbitmq] [--exactly-once 1]
+#                       [--sink kafka|rabbitmq] [--exactly-once 1 [--groups G]]
 # With --exactly-once 1 the relay runs with OUTBOX_EXACTLY_ONCE=1: Kafka is read with
 # read_committed and must hold every row once (duplicates 0); a read_uncommitted read shows
-# that the faults hit open transactions (their aborted messages).
+# that the faults hit open transactions (their aborted messages). --groups G: with
+# OUTBOX_TRANSACTION_GROUPS=G (a producer, transactional.id and progress record per group).
 # With --sink rabbitmq the relay publishes to RabbitMQ (the node of scripts/servers.sh), the
 # node is restarted instead of Kafka, and a durable queue bound to the run's exchange is
 # consumed and compared with the table (test/tools/amqp_check.c).
@@ -23,10 +24,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark sink=kafka eos=0
+events=200000 kills=20 keys=1000 clients=8 inflight=5000 burst=3000 on_sent=mark sink=kafka eos=0 groups=1
 . "$src/scripts/common.sh" # PG_BIN, and the servers when run alone
-common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete] [--sink kafka|rabbitmq] [--exactly-once 1]" \
-    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent --sink=sink --exactly-once=eos" "$@"
+common_flags "[--events N] [--kills K] [--keys N] [--clients N] [--on-sent mark|delete] [--sink kafka|rabbitmq] [--exactly-once 1 [--groups G]]" \
+    "--events=events --kills=kills --keys=keys --clients=clients --on-sent=on_sent --sink=sink --exactly-once=eos --groups=groups" "$@"
 if [ -z "${RELAYTEST_PG_PORT:-}" ]; then
     (cd "$src" && common_setup)
     own_servers=1
@@ -52,7 +53,7 @@ if [ "$sink" = rabbitmq ]; then
     sink_env=(OUTBOX_SINK=rabbitmq OUTBOX_RABBITMQ_URL="$amqp_url" OUTBOX_RABBITMQ_EXCHANGE="$topic_prefix.x") broker=RabbitMQ
 fi
 [ "$eos" = 1 ] && sink_env+=(OUTBOX_EXACTLY_ONCE=1 OUTBOX_TRANSACTIONAL_ID_PREFIX="$topic_prefix"
-                              OUTBOX_PROGRESS_TOPIC="$topic_prefix.progress")
+                              OUTBOX_PROGRESS_TOPIC="$topic_prefix.progress" OUTBOX_TRANSACTION_GROUPS="$groups")
 say() { printf '# [%s chaos] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 psqlc() { "$PG_BIN/psql" -X -q -At "$dsn" -c "$1"; }
 
@@ -257,7 +258,7 @@ val() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $line"; }
 dup_bound=$(((done_kills + kafka_restarts + pg_restarts) * inflight))
 [ "$eos" = 1 ] && dup_bound=0 # exactly-once: none for read_committed
 say "duplicates $(val duplicates); bound: ($done_kills kills + $kafka_restarts $broker restarts + $pg_restarts PostgreSQL crash) x OUTBOX_MAX_INFLIGHT $inflight = $dup_bound"
-echo "CHAOS sink=$sink on_sent=$on_sent exactly_once=$eos aborted=${aborted:-0} committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
+echo "CHAOS sink=$sink on_sent=$on_sent exactly_once=$eos groups=$groups aborted=${aborted:-0} committed=$committed sent=$sent delivered_unique=$(val delivered_unique) lost=$(val lost) duplicates=$(val duplicates) order_violations=$(val order_violations) kills=$done_kills bad_exits=$bad_exits"
 # The kills must have hit rows in flight: duplicates in Kafka, or at least a restart that
 # found rows claimed and not marked by the relay it replaced (its duplicates estimate; a
 # row claimed but not yet acknowledged when the kill came is republished once, not twice).

@@ -4,7 +4,8 @@
 # must show that kills hit rows in flight, and every relay exit is the one we caused.
 # RELAYTEST_ON_SENT=delete runs it with acknowledged rows deleted (chaos.sh --on-sent delete);
 # RELAYTEST_SINK=rabbitmq with the RabbitMQ sink, the RabbitMQ node restarted instead of Kafka;
-# RELAYTEST_EXACTLY_ONCE=1 with OUTBOX_EXACTLY_ONCE=1 (duplicates 0 for read_committed).
+# RELAYTEST_EXACTLY_ONCE=1 with OUTBOX_EXACTLY_ONCE=1 (duplicates 0 for read_committed), and
+# RELAYTEST_TRANSACTION_GROUPS=4 with four transaction groups besides.
 . "$(dirname "$0")/lib.sh"
 rc=0
 # (delete mode: 10,000 events and 4 kills, for CI's time; the full run takes --on-sent too)
@@ -26,7 +27,7 @@ else
     export RELAYTEST_RABBITMQ_PORT=$own_rabbitmq RELAYTEST_RABBITMQ_DIR=$WORK/rabbitmq
 fi
 bash "$RELAYTEST_SRC/test/chaos/chaos.sh" --events $events --kills $kills --keys 300 --clients 6 --on-sent "$ON_SENT" --sink "$SINK" \
-    --exactly-once "${RELAYTEST_EXACTLY_ONCE:-0}" \
+    --exactly-once "${RELAYTEST_EXACTLY_ONCE:-0}" --groups "${RELAYTEST_TRANSACTION_GROUPS:-1}" \
     >"$WORK/chaos.out" || rc=$?
 cat "$WORK/chaos.out"
 [ "$rc" = 0 ] || fail "chaos run failed (exit $rc)"

@@ -53,8 +53,13 @@ for i in 1 2 3 4; do
     wait_until 60 "relay b to take h$i's two groups over and read their records" \
         eval '[ "$(grep -c "progress record read in" "$WORK/relay-b.log")" -ge $((reads + 2)) ]'
 done
+# A group handed back closes its producer: the newcomer's fence would make it fail at its
+# next use (when the group comes back), and such a fatal error makes every producer of the
+# relay anew, stalling the groups that never moved.
 closed=$(grep -c "handed back; its producer was closed" "$WORK/relay-b.log" || true)
-log "b closed the producers of $closed groups it handed back"
+fenced=$(metric b outbox_producers_fenced_total)
+log "b closed the producers of $closed groups it handed back; b's producers fenced: $fenced"
+[ "$fenced" = 0 ] || fail "b's producers were fenced $fenced times: a group handed back kept its producer"
 [ "$closed" -ge 8 ] || fail "b closed $closed group producers on handing two groups back to each of 4 newcomers"
 
 # another layout beside them: refused by name
