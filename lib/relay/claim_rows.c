@@ -63,6 +63,17 @@ void claim_advance(struct relay *r)
         r->claim.next++;
 }
 
+int claim_cursor_at(const struct relay *r)
+{
+    return r->claim.next;
+}
+
+void claim_cursor_back(struct relay *r, int at)
+{
+    if (at >= 0 && at < r->claim.next)
+        r->claim.next = at;
+}
+
 int claim_rows_left(const struct relay *r)
 {
     return r->claim.res ? PQntuples(r->claim.res) - r->claim.next : 0;

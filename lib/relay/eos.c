@@ -28,14 +28,6 @@ static void free_pending(struct eos_group *e)
     e->pending_epoch = 0;
 }
 
-int eos_claims_allowed(const struct relay *r)
-{
-    for (int g = 0; g < eos_groups(r->cfg); g++)
-        if (eos_group_ready(r, g))
-            return 1;
-    return 0;
-}
-
 /* Whether every lease partition of the group is active here. */
 static int group_active(const struct relay *r, int group)
 {
@@ -46,21 +38,41 @@ static int group_active(const struct relay *r, int group)
     return 1;
 }
 
+/* A group may be claimed: recorded, and held whole (not handed back, draining). */
+int eos_claims_allowed(const struct relay *r)
+{
+    if (!r->cfg->exactly_once)
+        return 1;
+    for (int g = 0; g < eos_groups(r->cfg); g++)
+        if (eos_group_ready(r, g) && group_active(r, g))
+            return 1;
+    return 0;
+}
+
 /* The group was handed back whole while its producer session stood (lease.c): the
- * session ends, so that holding the group again fences and reads its record anew. */
-static void group_released(struct relay *r, int group)
+ * session ends, so that holding the group again fences and reads its record anew. Not
+ * while its fence and read (asked to stop) or a commit runs: the next tick tries again, and
+ * the group is neither claimed nor opened meanwhile. 0 once closed. */
+static int group_released(struct relay *r, int group)
 {
     struct eos_group *e = &r->eos.g[group];
-    e->released = 0;
     free_pending(e);
     e->ready_epoch = 0;
-    sink_txn_close(r->sink, group);
+    if (sink_txn_close(r->sink, group) != 0)
+        return -1;
+    e->released = 0;
     log_info("exactly-once: transaction group %d handed back; its producer was closed", group);
+    return 0;
 }
 
 void eos_tick(struct relay *r)
 {
-    if (!r->cfg->exactly_once || r->mode != MODE_RUNNING)
+    if (!r->cfg->exactly_once)
+        return;
+    for (int g = 0; g < eos_groups(r->cfg); g++) /* (in any mode: a reset releases too) */
+        if (r->eos.g[g].released)
+            group_released(r, g);
+    if (r->mode != MODE_RUNNING)
         return;
     struct strbuf parts;
     strbuf_init(&parts);
@@ -70,12 +82,10 @@ void eos_tick(struct relay *r)
     int64_t now = mono_ms();
     for (int g = 0; g < groups; g++) {
         struct eos_group *e = &r->eos.g[g];
-        if (e->released)
-            group_released(r, g);
         if (!group_active(r, g))
             continue;
         whole++;
-        if (e->opening || sink_txn_epoch(r->sink, g) || now < e->open_due_ms)
+        if (e->released || e->opening || sink_txn_epoch(r->sink, g) || now < e->open_due_ms)
             continue;
         if (sink_txn_open(r->sink, g) == 0) {
             e->opening = 1;

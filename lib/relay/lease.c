@@ -158,10 +158,12 @@ static void lease_release_ok(struct relay *r, PGresult *res)
         }
     keep_forget_published(r);
     log_info("lease: released %d partitions; holding %d", n, lease_count_held(r->lease.part));
-    /* exactly-once: a transaction group handed back whole while running (a rebalance) ends
-     * its producer session, so that holding it again fences and reads its record anew */
+    /* exactly-once: a transaction group handed back whole (a rebalance, finished in any mode
+     * but a shutdown's) ends its producer session, so that holding it again fences and reads
+     * its record anew */
     int size = eos_group_size(r->cfg);
-    for (int g = 0; r->cfg->exactly_once && r->mode == MODE_RUNNING && g < eos_groups(r->cfg); g++) {
+    int ending = r->mode == MODE_DRAINING || r->mode == MODE_DONE;
+    for (int g = 0; r->cfg->exactly_once && !ending && g < eos_groups(r->cfg); g++) {
         int held = 0;
         for (int p = g * size; p < (g + 1) * size; p++)
             held += r->lease.part[p].state != LEASE_FREE;
@@ -283,14 +285,11 @@ static void lease_scan_ok(struct relay *r, PGresult *res)
     int target = (lease_balance_target(relays) + size - 1) / size * size;
     int n = lease_decide(r->lease.part, locked, foreign, r->lease.unowned_before, target, size, &parts,
                          &handback);
-    if (lease_count_held(r->lease.part) % size)
-        handback = 0; /* a group still being taken: whole groups only */
-    handback -= handback % size;
-    if (handback) {
-        /* give back the highest partitions: stop claiming them, release once drained */
-        lease_pick_handback(r->lease.part, handback);
+    /* give back the highest partitions (whole groups): stop claiming them, release once drained */
+    int given = handback ? lease_pick_handback(r->lease.part, handback, size) : 0;
+    if (given) {
         r->m.lease_rebalances_total++;
-        log_info("lease: handing back %d partitions to balance %d relays", handback, relays);
+        log_info("lease: handing back %d partitions to balance %d relays", given, relays);
     } else if (n) {
         char key[16];
         snprintf(key, sizeof(key), "%d", r->sql.lease_key);

@@ -44,8 +44,10 @@ int lease_pick_acquire(const struct lease *leases, const int *locked, int want, 
 int lease_decide(const struct lease *leases, const int *locked, const int *foreign,
                  unsigned char *unowned_before, int target, int group, struct strbuf *acquire,
                  int *handback);
-/* Moves the give highest held partitions to DRAINING; returns how many. */
-int lease_pick_handback(struct lease *leases, int give);
+/* Moves the highest held partitions to DRAINING, up to give; group: partitions that move
+ * together, handed back only whole (every one held), the highest groups first. Returns how
+ * many. */
+int lease_pick_handback(struct lease *leases, int give, int group);
 /* GRACE partitions whose time has come become ACTIVE; appends the ACTIVE set as an int2[]
  * literal to out and returns its size. */
 int lease_activate(struct lease *leases, int64_t now_ms, struct strbuf *out);

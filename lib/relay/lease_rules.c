@@ -100,14 +100,21 @@ int lease_decide(const struct lease *leases, const int *locked, const int *forei
     return n;
 }
 
-int lease_pick_handback(struct lease *leases, int give)
+int lease_pick_handback(struct lease *leases, int give, int group)
 {
     int n = 0;
-    for (int p = OUTBOX_LEASE_PARTITIONS - 1; p >= 0 && n < give; p--)
-        if (leases[p].state == LEASE_ACTIVE || leases[p].state == LEASE_GRACE) {
+    if (group < 1)
+        group = 1;
+    for (int first = OUTBOX_LEASE_PARTITIONS - group; first >= 0 && n + group <= give; first -= group) {
+        int whole = 1;
+        for (int p = first; p < first + group; p++)
+            whole &= held_state(leases[p].state);
+        if (!whole)
+            continue; /* (a group partly held: still being taken, or partly released) */
+        for (int p = first; p < first + group; p++)
             leases[p].state = LEASE_DRAINING;
-            n++;
-        }
+        n += group;
+    }
     return n;
 }
 

@@ -93,6 +93,15 @@ static void dl_remove(struct poison_state *ps, size_t i)
 static int dl_send(struct relay *r, size_t i)
 {
     struct dead_letter *d = &r->poison.dl[i];
+    /* exactly-once: the row's group's producer, or another that may produce (a copy is in no
+     * progress record: any group's transaction does); none: the timer tries again, uncounted */
+    int group = d->group;
+    for (int g = 0; g < eos_groups(r->cfg) && !eos_group_ready(r, group); g++)
+        group = g;
+    if (!eos_group_ready(r, group)) {
+        dl_arm(r);
+        return 0;
+    }
     char id[24];
     snprintf(id, sizeof(id), "%lld", (long long)d->id);
     struct message msg = {
@@ -108,12 +117,8 @@ static int dl_send(struct relay *r, size_t i)
         .event_id = d->event_id,
         .event_type = d->event_type,
         .created_ms = d->created_ms,
-        .txn_group = d->group,
+        .txn_group = group,
     };
-    /* exactly-once: the row's group's producer, or one that may produce (a copy is in no
-     * progress record: any group's transaction does) */
-    for (int g = 0; g < eos_groups(r->cfg) && !eos_group_ready(r, msg.txn_group); g++)
-        msg.txn_group = g;
     int err = 0;
     enum sink_queued q =
         sink_produce(r->sink, &msg, d->aggregate_id, d->payload, d->payload_len, d->created_ms, -d->id, &err);

@@ -52,15 +52,21 @@ static int build_message(struct relay *r, struct inflight_row *slot, struct outb
 }
 
 /* Produces the claimed rows in id order while the mode is RUNNING, until the producer's
- * queue is full (resumed by the next delivery report) or a produce fails. */
+ * queue is full (resumed by the next delivery report) or a produce fails. Exactly-once with
+ * several transaction groups: a group whose producer takes no more (its transaction ends)
+ * holds back its own later rows only; the others' go on, and the next call starts at the
+ * first row held back (rows produced meanwhile are passed over). Every row of a key is in
+ * one group, so each key keeps its order. */
 void produce_claimed(struct relay *r)
 {
     if (!claim_in_hand(r) || r->mode != MODE_RUNNING)
         return;
     struct outbox_row row;
     struct inflight_row *slot;
+    uint64_t full = 0; /* groups whose producer took no more in this call */
+    int resume = -1, n_full = 0;
     for (; claim_rows_left(r) > 0 && r->mode == MODE_RUNNING; claim_advance(r)) {
-        if (!claim_cursor_row(r, &row, &slot))
+        if (!claim_cursor_row(r, &row, &slot) || (full >> eos_group_of(r->cfg, slot->partition) & 1))
             continue;
         if (lease_state(r, slot->partition) != LEASE_ACTIVE || !claim_of_session(r, slot->partition)) {
             /* the lease is going or gone, or (exactly-once) the claim was sent in a producer
@@ -103,9 +109,13 @@ void produce_claimed(struct relay *r)
         enum sink_queued queued = sink_produce(r->sink, &msg, row.aggregate_id, row.payload,
                                                row.payload ? row.payload_len : 0, row.created_ms,
                                                row.id, &err);
-        if (queued == SINK_FULL) {
+        if (queued == SINK_FULL) { /* backpressure: resumes on the next delivery report */
             message_destroy(&msg);
-            return; /* backpressure: resumes on the next delivery report */
+            full |= 1ULL << msg.txn_group;
+            resume = resume < 0 ? claim_cursor_at(r) : resume;
+            if (++n_full == eos_groups(r->cfg))
+                break;
+            continue;
         }
         if (queued == SINK_UNFIT) {
             snprintf(reason, sizeof(reason), "the producer refuses the message (%zu bytes): %s",
@@ -120,7 +130,9 @@ void produce_claimed(struct relay *r)
         }
         message_destroy(&msg);
     }
-    if (claim_rows_left(r) == 0)
+    if (resume >= 0)
+        claim_cursor_back(r, resume); /* (the rows held back are still queued) */
+    else if (claim_rows_left(r) == 0)
         claim_release(r);
 }
 

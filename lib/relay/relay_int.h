@@ -465,6 +465,9 @@ int claim_in_hand(const struct relay *r);
 /* Exactly-once: the claim in hand was sent in the producer's current session (always 1
  * otherwise); a claim of a session that is gone is not produced. */
 int claim_of_session(const struct relay *r, int partition);
+/* The cursor's row, and setting it back there: rows produced meanwhile are passed over. */
+int claim_cursor_at(const struct relay *r);
+void claim_cursor_back(struct relay *r, int at);
 /* The row at the claim's cursor as the message mapping reads it (borrowed from the claim's
  * result: valid until the claim is released), with its window slot: 1; 0 when it is no
  * longer queued in the window (to be passed over) or no row is left. */

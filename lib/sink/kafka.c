@@ -442,11 +442,17 @@ static void k_abandon(struct sink *base, int timeout_ms)
 }
 
 /* Exactly-once: the group's lease partitions were handed back, nothing of them in flight:
- * a new producer, which fences and reads the record again when the group is held again. */
-static void k_txn_close(struct sink *base, int group)
+ * a new producer, which fences and reads the record again when the group is held again.
+ * Not while the transactions' thread has a job (a fence and read is asked to stop): the
+ * loop does not wait for it. */
+static int k_txn_close(struct sink *base, int group)
 {
     (void)group; /* one producer: its group */
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    if (sk->txn && kafka_txn_busy(sk->txn))
+        return -1;
     k_abandon(base, 200);
+    return 0;
 }
 
 static int k_recreate(struct sink *base, char *err, size_t errlen)

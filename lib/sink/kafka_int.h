@@ -137,6 +137,18 @@ static inline int kafka_txn_cancelled(struct kafka_txn *t)
     return c;
 }
 
+/* Whether the thread has a job or a result the loop has not taken; a fence and read under
+ * way is asked to stop (kafka_txn_drop's wait clears that). */
+static inline int kafka_txn_busy(struct kafka_txn *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int busy = t->job != JOB_NONE || t->done_job != JOB_NONE;
+    if (t->job == JOB_INIT)
+        t->cancel = 1;
+    pthread_mutex_unlock(&t->mu);
+    return busy;
+}
+
 /* kafka_txn_read.c (on the transactions' thread): this table's last progress record, read
  * with read_committed into t->rec_*. 0, or -1 with msg. */
 int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen);

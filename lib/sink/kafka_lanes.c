@@ -134,8 +134,10 @@ static uint64_t l_partition_changes(const struct sink *base)
 {
     const struct kafka_lanes *ls = (const struct kafka_lanes *)base;
     uint64_t n = 0;
-    for (int g = 0; g < ls->n; g++)
-        n += sink_partition_changes(ls->lane[g].sk);
+    for (int g = 0; g < ls->n; g++) { /* (each producer sees a change: the most any saw) */
+        uint64_t c = sink_partition_changes(ls->lane[g].sk);
+        n = c > n ? c : n;
+    }
     return n;
 }
 
@@ -190,9 +192,9 @@ static void l_txn_kept(struct sink *base, int group, size_t n)
     sink_txn_kept(lane_of(base, group)->sk, 0, n);
 }
 
-static void l_txn_close(struct sink *base, int group)
+static int l_txn_close(struct sink *base, int group)
 {
-    sink_txn_close(lane_of(base, group)->sk, 0);
+    return sink_txn_close(lane_of(base, group)->sk, 0);
 }
 
 /* The groups' figures added up; the open transaction's age is the oldest's. */

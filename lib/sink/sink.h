@@ -125,7 +125,9 @@ struct sink_ops {
      * row given the same id stays); txn_kept says how many rows of the record are such
      * recorded rows (they do not count against the cap on rows committed and not recorded);
      * txn_close ends the group's session (its lease partitions were handed back: nothing of
-     * it is in flight), so that holding it again fences and reads anew. */
+     * it is in flight), so that holding it again fences and reads anew: 0, or -1 while a
+     * fence and read (asked to stop) or a commit still runs, to be called again (the loop
+     * never waits for them). */
     int (*txn_open)(struct sink *sk, int group);
     uint64_t (*txn_epoch)(const struct sink *sk, int group);
     void (*txn_ready)(struct sink *sk, int group, uint64_t epoch);
@@ -133,7 +135,7 @@ struct sink_ops {
     uint64_t (*txn_version)(const struct sink *sk, int group, int64_t row_id);
     void (*txn_release)(struct sink *sk, int group, int64_t row_id, uint64_t version);
     void (*txn_kept)(struct sink *sk, int group, size_t n);
-    void (*txn_close)(struct sink *sk, int group);
+    int (*txn_close)(struct sink *sk, int group);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
@@ -263,10 +265,9 @@ static inline void sink_txn_kept(struct sink *sk, int group, size_t n)
         sk->ops->txn_kept(sk, group, n);
 }
 
-static inline void sink_txn_close(struct sink *sk, int group)
+static inline int sink_txn_close(struct sink *sk, int group)
 {
-    if (sk->ops->txn_close)
-        sk->ops->txn_close(sk, group);
+    return sk->ops->txn_close ? sk->ops->txn_close(sk, group) : 0;
 }
 
 static inline void sink_txn_stats(const struct sink *sk, struct sink_txn_stats *out)

@@ -47,10 +47,18 @@ int main(void)
     set_all(l, LEASE_ACTIVE);
     l[63].state = LEASE_GRACE;
     l[62].state = LEASE_DRAINING;
-    is_int(lease_pick_handback(l, 3), 3, "hand back three");
+    is_int(lease_pick_handback(l, 3, 1), 3, "hand back three");
     ok(l[63].state == LEASE_DRAINING && l[61].state == LEASE_DRAINING && l[60].state == LEASE_DRAINING &&
        l[59].state == LEASE_ACTIVE, "the highest held ones (62 was already draining)");
     is_int(lease_count_held(l), 60, "60 held");
+    /* groups of 16: only whole ones, every partition held, the highest first */
+    set_all(l, LEASE_ACTIVE);
+    for (int p = 56; p < 64; p++)
+        l[p].state = LEASE_FREE; /* group 3 half held (still being taken) */
+    is_int(lease_pick_handback(l, 40, 16), 32, "two whole groups of 16 for 40");
+    ok(l[47].state == LEASE_DRAINING && l[16].state == LEASE_DRAINING && l[15].state == LEASE_ACTIVE &&
+       l[48].state == LEASE_ACTIVE, "groups 2 and 1; group 3 (partly held) and group 0 kept");
+    is_int(lease_pick_handback(l, 15, 16), 0, "less than a group: nothing");
 
     set_all(l, LEASE_FREE);
     l[1] = (struct lease){.state = LEASE_GRACE, .publish_from_ms = 500};
