@@ -40,6 +40,13 @@ void pauses_expire(struct pauses *p, int64_t now_ms, void (*resumed)(const char 
     }
 }
 
+void pauses_at_least(struct pauses *p, int64_t until_ms)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->topic[i].until_ms < until_ms)
+            p->topic[i].until_ms = until_ms;
+}
+
 int pauses_has(const struct pauses *p, const char *topic)
 {
     for (size_t i = 0; i < p->n; i++)

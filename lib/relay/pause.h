@@ -27,6 +27,8 @@ enum pause_result pauses_add(struct pauses *p, const char *topic, int64_t until_
 /* Ends pauses whose deadline has passed by now; calls resumed (may be NULL) for each. */
 void pauses_expire(struct pauses *p, int64_t now_ms, void (*resumed)(const char *topic));
 int pauses_has(const struct pauses *p, const char *topic);
+/* Every pause lasts at least until until_ms. */
+void pauses_at_least(struct pauses *p, int64_t until_ms);
 /* The paused topics as a text[] literal. */
 void pauses_literal(const struct pauses *p, struct strbuf *out);
 

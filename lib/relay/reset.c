@@ -5,6 +5,8 @@
 #include "core/log.h"
 #include "relay/relay_int.h"
 
+#define RESET_PAUSE_MARGIN_MS 1000 /* a paused topic outlasts the resumed claim by this */
+
 /* Only changes the mode: producing stops by itself, and reset_advance does the rest. */
 void reset_start(struct relay *r, const char *reason)
 {
@@ -88,6 +90,12 @@ void reset_advance(struct relay *r)
         poison_updates_pending(r) || r->reset.waiting)
         return;
     int delay = backoff_next(&r->reset.backoff);
+    /* A topic paused in this reset (or before) stays paused past the first claim after it:
+     * a pause shorter than the back-off would end before that claim, which would take its
+     * rows again and fail again; in exactly-once mode their failure aborts the transaction
+     * of every other row, so no row would ever go (seen in CI with a 3 s pause against a
+     * back-off grown to 10 s). */
+    pauses_at_least(&r->paused, mono_ms() + delay + RESET_PAUSE_MARGIN_MS);
     r->reset.waiting = 1;
     ev_timer_set(&r->reset.timer, delay / 1000.0, 0.0);
     ev_timer_start(r->loop, &r->reset.timer);

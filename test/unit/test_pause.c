@@ -24,6 +24,17 @@ int main(void)
     pauses_literal(&p, &sb);
     is_str(sb.buf, "{\"orders\",\"pay\\\"ments\"}", "text[] literal, quoted and escaped");
 
+    {   /* every pause at least until a time (a reset's first claim); a later one stays */
+        struct pauses q = {0};
+        pauses_add(&q, "a", 100);
+        pauses_add(&q, "b", 5000);
+        pauses_at_least(&q, 1200);
+        pauses_expire(&q, 1199, NULL);
+        is_int(q.n, 2, "a pause shorter than the back-off lasts past the resumed claim");
+        pauses_expire(&q, 1200, NULL);
+        ok(q.n == 1 && pauses_has(&q, "b"), "then ends; a longer one keeps its own deadline");
+        pauses_destroy(&q);
+    }
     pauses_expire(&p, 1999, resumed);
     is_int(p.n, 2, "nothing expires before its deadline");
     pauses_expire(&p, 2000, resumed);
