@@ -28,29 +28,20 @@ static void free_pending(struct eos_group *e)
     e->pending_epoch = 0;
 }
 
-/* Whether every lease partition of the group is active here. */
-static int group_active(const struct relay *r, int group)
-{
-    int size = eos_group_size(r->cfg);
-    for (int p = group * size; p < (group + 1) * size; p++)
-        if (lease_state(r, p) != LEASE_ACTIVE)
-            return 0;
-    return 1;
-}
-
 /* A group may be claimed: recorded, and held whole (not handed back, draining). */
 int eos_claims_allowed(const struct relay *r)
 {
     if (!r->cfg->exactly_once)
         return 1;
     for (int g = 0; g < eos_groups(r->cfg); g++)
-        if (eos_group_ready(r, g) && group_active(r, g))
+        if (eos_group_ready(r, g) && eos_group_held(r, g))
             return 1;
     return 0;
 }
 
-/* The group was handed back whole while its producer session stood (lease.c): the
- * session ends, so that holding the group again fences and reads its record anew. Not
+/* The group was handed back whole while its producer session stood (lease.c: before its
+ * partitions are released): the session ends, so that holding the group again fences and
+ * reads its record anew. Not
  * while its fence and read (asked to stop) or a commit runs: the next tick tries again, and
  * the group is neither claimed nor opened meanwhile. 0 once closed. */
 static int group_released(struct relay *r, int group)
@@ -61,6 +52,9 @@ static int group_released(struct relay *r, int group)
     if (sink_txn_close(r->sink, group) != 0)
         return -1;
     e->released = 0;
+    e->retry_ms = 0; /* (a fence asked to stop reported a failure: no backoff for the next) */
+    e->open_due_ms = 0;
+    e->last_err[0] = '\0';
     log_info("exactly-once: transaction group %d handed back; its producer was closed", group);
     return 0;
 }
@@ -82,7 +76,7 @@ void eos_tick(struct relay *r)
     int64_t now = mono_ms();
     for (int g = 0; g < groups; g++) {
         struct eos_group *e = &r->eos.g[g];
-        if (!group_active(r, g))
+        if (!eos_group_held(r, g))
             continue;
         whole++;
         if (e->released || e->opening || sink_txn_epoch(r->sink, g) || now < e->open_due_ms)

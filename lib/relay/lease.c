@@ -175,6 +175,26 @@ static void lease_release_ok(struct relay *r, PGresult *res)
 static const struct worker_stmt lease_release_stmt = {
     .what = "releasing lease partitions", .on_ok = lease_release_ok};
 
+/* Exactly-once (but at a shutdown): a transaction group handed back is released whole,
+ * once nothing of it is in flight and its producer is closed (asked here of eos_tick), so
+ * that no fence or read of this relay's still under way lands after the next holder's
+ * fence. 1 while partition p waits for that. */
+static int release_waits(struct relay *r, const int *inflight, int p)
+{
+    if (!r->cfg->exactly_once || r->mode == MODE_DRAINING || r->mode == MODE_DONE)
+        return 0;
+    int size = eos_group_size(r->cfg), g = eos_group_of(r->cfg, p);
+    for (int q = g * size; q < (g + 1) * size; q++)
+        if ((r->lease.part[q].state != LEASE_DRAINING && r->lease.part[q].state != LEASE_FREE) || inflight[q])
+            return 1;
+    struct eos_group *e = &r->eos.g[g];
+    if (!e->released && !e->opening && !sink_txn_epoch(r->sink, g))
+        return 0; /* closed */
+    e->released = 1;
+    relay_want_kick(r);
+    return 1;
+}
+
 /* Releases draining partitions that have nothing in flight any more. */
 static int send_lease_release(struct relay *r)
 {
@@ -185,7 +205,7 @@ static int send_lease_release(struct relay *r)
     pgarray_open(&parts);
     int n = 0;
     for (int p = 0; p < OUTBOX_LEASE_PARTITIONS; p++)
-        if (r->lease.part[p].state == LEASE_DRAINING && !inflight[p]) {
+        if (r->lease.part[p].state == LEASE_DRAINING && !inflight[p] && !release_waits(r, inflight, p)) {
             pgarray_int(&parts, p);
             r->lease.part[p].publish_from_ms = -1; /* marks "in this release" */
             n++;

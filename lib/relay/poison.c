@@ -88,17 +88,36 @@ static void dl_remove(struct poison_state *ps, size_t i)
     ps->n_dl--;
 }
 
+/* Exactly-once: the transaction group whose producer takes a copy (it is in no progress
+ * record, so any group's transaction may): the row's, else another held whole with its
+ * record recorded, else one recorded and still going (a shutdown holds none whole); -1:
+ * none, the timer tries again, uncounted. 0 in other modes. */
+static int dl_group(const struct relay *r, const struct dead_letter *d)
+{
+    if (!r->cfg->exactly_once)
+        return 0;
+    if (eos_group_ready(r, d->group) && eos_group_held(r, d->group))
+        return d->group;
+    for (int g = 0; g < eos_groups(r->cfg); g++)
+        if (eos_group_ready(r, g) && eos_group_held(r, g))
+            return g;
+    for (int g = 0; g < eos_groups(r->cfg); g++)
+        if (eos_group_ready(r, g))
+            return g;
+    return -1;
+}
+
 /* Hands copy i to the sink. 0 when it is queued or waits for the timer; -1 when it was
  * given up and removed (the caller's index now names the next copy). */
 static int dl_send(struct relay *r, size_t i)
 {
     struct dead_letter *d = &r->poison.dl[i];
-    /* exactly-once: the row's group's producer, or another that may produce (a copy is in no
-     * progress record: any group's transaction does); none: the timer tries again, uncounted */
-    int group = d->group;
-    for (int g = 0; g < eos_groups(r->cfg) && !eos_group_ready(r, group); g++)
-        group = g;
-    if (!eos_group_ready(r, group)) {
+    int group = dl_group(r, d);
+    if (group < 0) {
+        long held;
+        if (log_limit_due(&r->poison.dl_wait_log, 30000, &held))
+            log_info("relay: %zu dead-letter copies wait for a transaction group this relay holds and "
+                     "has fenced (exactly-once)", r->poison.n_dl);
         dl_arm(r);
         return 0;
     }

@@ -127,6 +127,7 @@ struct poison_state {
     struct dead_letter *dl;     /* dead-letter copies not yet acknowledged */
     size_t n_dl;
     ev_timer dl_timer;          /* sends the failed ones again */
+    struct log_limit dl_wait_log; /* exactly-once: copies wait for a group that may produce */
 };
 
 /* Written by keep.c: OUTBOX_ON_SENT=keep's watermark. */
@@ -559,6 +560,15 @@ static inline int eos_group_ready(const struct relay *r, int group)
     const struct eos_group *e = &r->eos.g[group];
     return !r->cfg->exactly_once ||
            (e->ready_epoch && !e->released && e->ready_epoch == sink_txn_epoch(r->sink, group));
+}
+/* Whether every lease partition of the group is active here. */
+static inline int eos_group_held(const struct relay *r, int group)
+{
+    int size = eos_group_size(r->cfg);
+    for (int p = group * size; p < (group + 1) * size; p++)
+        if (lease_state(r, p) != LEASE_ACTIVE)
+            return 0;
+    return 1;
 }
 int eos_claims_allowed(const struct relay *r);
 /* Asks the sink to fence and read a group's progress record once this relay holds it. */
