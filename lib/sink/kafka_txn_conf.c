@@ -31,10 +31,18 @@ int kafka_txn_conf(const struct sink_config *cfg, const char *id, rd_kafka_conf_
     snprintf(v, sizeof(v), "%d", cfg->transaction_timeout_ms);
     const char *txn_timeout = user_prop(cfg, "transaction.timeout.ms");
     const char *msg_timeout = user_prop(cfg, "message.timeout.ms");
+    const char *linger = user_prop(cfg, "linger.ms");
+    if (!linger)
+        linger = user_prop(cfg, "queue.buffering.max.ms"); /* (its alias) */
     const char *set[][2] = {{"transactional.id", id},
                             {"transaction.timeout.ms", txn_timeout ? txn_timeout : v},
                             /* a message not delivered within its transaction aborts it */
-                            {"message.timeout.ms", msg_timeout ? msg_timeout : txn_timeout ? txn_timeout : v}};
+                            {"message.timeout.ms", msg_timeout ? msg_timeout : txn_timeout ? txn_timeout : v},
+                            /* no wait for more messages: a transaction ends once its messages
+                             * are acknowledged, and it bounds the batches anyway (at 1,000
+                             * events/s, linger.ms=2 kept each open longer: commit -> consumed
+                             * p50 about 3 ms and p99 about 8 ms more; docs/PERFORMANCE.md) */
+                            {"linger.ms", linger ? linger : "0"}};
     for (size_t i = 0; i < ARRAY_LEN(set); i++)
         if (rd_kafka_conf_set(conf, set[i][0], set[i][1], kerr, sizeof(kerr)) != RD_KAFKA_CONF_OK)
             return set_err(err, errlen, "exactly-once: %s: %s", set[i][0], kerr);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/kafka.h"
 #include "core/log.h"
@@ -86,6 +87,27 @@ static int progress_describe(const struct sink_config *cfg, rd_kafka_t *c, int *
     return count;
 }
 
+/* Until the topic just made has a leader in the consumer's metadata (about 2 s at most): the read
+ * then starts at once. Else librdkafka asks for an unknown topic's leader again only at its
+ * once-a-second scan (seen: every first read of a new progress topic took a second more). */
+static void await_leader(const struct sink_config *cfg, rd_kafka_t *c)
+{
+    int64_t deadline = mono_ms() + 2000;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
+    for (;;) {
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, rkt, &md, 500);
+        int led = !e && md && md->topic_cnt == 1 && !md->topics[0].err && md->topics[0].partition_cnt > 0 &&
+                  md->topics[0].partitions[0].leader >= 0;
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        if (led || mono_ms() >= deadline)
+            break;
+        usleep(20 * 1000);
+    }
+    rd_kafka_topic_destroy(rkt);
+}
+
 /* "N replicas and min.insync.replicas M" into buf; 1 when either is below what
  * docs/EXACTLY_ONCE.md asks (3 and 2; a min.insync.replicas that could not be read is not). */
 static int replication(int replicas, int min_isr, char *buf, size_t len)
@@ -122,10 +144,11 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         size_t n = 0;
         const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
         int created = ev && !rd_kafka_event_error(ev) && n == 1 && !rd_kafka_topic_result_error(tr[0]);
-        if (created) /* else (made meanwhile by another relay too) read on the next try */
+        if (created) { /* else (made meanwhile by another relay too) read on the next try */
             log_info("kafka: created the progress topic %s (compacted, one partition, the broker's "
                      "default replication factor)", cfg->progress_topic);
-        else {
+            await_leader(cfg, c);
+        } else {
             char hint[400];
             int code = !ev ? 0 : rd_kafka_event_error(ev) ? (int)rd_kafka_event_error(ev)
                      : n == 1 ? (int)rd_kafka_topic_result_error(tr[0]) : 0;
@@ -195,6 +218,12 @@ static rd_kafka_t *progress_consumer(const struct sink_config *cfg, char *msg, s
     }
     static const char *const consumer[][2] = {{"isolation.level", "read_committed"},
                                               {"enable.partition.eof", "true"},
+                                              /* the read's last fetch finds nothing more: its
+                                               * answer comes after this wait (librdkafka's
+                                               * default: 500 ms per acquisition) */
+                                              {"fetch.wait.max.ms", "10"},
+                                              {"fetch.error.backoff.ms", "50"},
+                                              {"auto.offset.reset", "earliest"}, /* (below) */
                                               {"enable.auto.offset.store", "false"},
                                               {"auto.commit.enable", "false"},
                                               {"client.id", "outbox-relay-progress"}};
@@ -257,7 +286,11 @@ int kafka_txn_read(struct kafka_sink *sk, char *msg, size_t msglen)
     int rc = -1, part = progress_partition(sk, c, msg, msglen), warned = 0;
     rd_kafka_message_t *last = NULL;
     rd_kafka_topic_t *rkt = part >= 0 ? rd_kafka_topic_new(c, cfg->progress_topic, NULL) : NULL;
-    if (rkt && rd_kafka_consume_start(rkt, part, RD_KAFKA_OFFSET_BEGINNING) == -1) {
+    /* from offset 0, not OFFSET_BEGINNING: a logical offset is looked up first, and a lookup
+     * made before the partition has joined its leader's thread is tried again only after
+     * 500 ms (seen: one first read in three of a new progress topic); a start that
+     * retention has moved past 0 is found by auto.offset.reset=earliest */
+    if (rkt && rd_kafka_consume_start(rkt, part, 0) == -1) {
         snprintf(msg, msglen, "reading the progress record: %s", rd_kafka_err2str(rd_kafka_last_error()));
         rd_kafka_topic_destroy(rkt);
         rkt = NULL;

@@ -5,7 +5,11 @@
 # a sequence set back, would give the ids to new events). The next relay must not take the
 # new rows for the listed ones: it publishes every one of them (to a topic of their own
 # here), none is recorded unpublished. Before that: a progress topic that deletes records
-# is refused with a clear message; after it, a relay in the other mode is refused.
+# is refused with a clear message; after it, a relay in the other mode is refused. The
+# progress topic here is made by the test with cleanup.policy=compact,delete, and its first
+# record is deleted (as retention deletes old segments) before the next relay reads it: the
+# read starts at offset 0 and must find the partition's new start, not skip to its end (the
+# record would then be missed, "nothing committed left to record").
 . "$(dirname "$0")/lib.sh"
 setup_db
 psqlc "INSERT INTO outbox ($OUTBOX_COLS)
@@ -32,6 +36,8 @@ sleep 1
 kill_relay refused
 log "a progress topic with cleanup.policy=delete: refused, nothing published"
 
+"$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" create-topic "$TOPIC_PREFIX.progress" 1 \
+    cleanup.policy=compact,delete >/dev/null || fail "could not create the topic $TOPIC_PREFIX.progress"
 RELAY_ENV=("${EOS[@]}" OUTBOX_TESTHOOK_KILL_BEFORE_MARK_AFTER=600)
 start_relay first >/dev/null
 dead() { ! kill -0 "$(relay_pid first)" 2>/dev/null; }
@@ -43,6 +49,10 @@ wait "$(relay_pid first)" || rc=$?
 published=$(sed -n 's/.*test hook: SIGKILL before marking \([0-9]*\) acknowledged rows.*/\1/p' "$WORK/relay-first.log")
 log "killed with $published rows committed to Kafka and not recorded; $(count_status PENDING) PENDING"
 [ "${published:-0}" -gt 0 ] || fail "the hook left no committed row unrecorded: nothing to test"
+# the first transaction's records go: the partition starts at 1 (its last record, several
+# transactions later, stays)
+"$RELAYTEST_ADMIN_BIN" --bootstrap "$BOOTSTRAP" delete-records "$TOPIC_PREFIX.progress" 0 1 >/dev/null ||
+    fail "could not delete the progress topic's first record"
 
 # Every PENDING row (the committed and unrecorded ones among them) is replaced: same id,
 # a new event id, another aggregate type (so another topic).

@@ -1,6 +1,7 @@
 /* Test tool: Kafka admin operations the tests need, through librdkafka's admin API.
  *   kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT
- *   kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS   (replication factor 1)
+ *   kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS [NAME=VALUE...]
+ *     (replication factor 1; each NAME=VALUE a topic setting, cleanup.policy=compact,delete say)
  *   kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET
  *     (deletes the partition's messages below OFFSET, as retention deletes old segments:
  *     the low watermark moves to OFFSET)
@@ -22,7 +23,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: kafka-admin --bootstrap HOST:PORT create-partitions TOPIC COUNT\n"
-                    "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS\n"
+                    "       kafka-admin --bootstrap HOST:PORT create-topic TOPIC PARTITIONS [NAME=VALUE...]\n"
                     "       kafka-admin --bootstrap HOST:PORT delete-records TOPIC PARTITION OFFSET\n"
                     "       kafka-admin --bootstrap HOST:PORT count TOPIC PARTITIONS\n"
                     "       kafka-admin --bootstrap HOST:PORT leaders TOPIC\n"
@@ -149,7 +150,7 @@ int main(int argc, char **argv)
         op = PRODUCE;
     else if (strcmp(argv[3], "create-partitions") == 0 && argc == 6)
         op = CREATE_PARTITIONS;
-    else if (strcmp(argv[3], "create-topic") == 0 && argc == 6)
+    else if (strcmp(argv[3], "create-topic") == 0 && argc >= 6)
         op = CREATE_TOPIC;
     else if (strcmp(argv[3], "delete-records") == 0 && argc == 7)
         op = DELETE_RECORDS;
@@ -222,6 +223,19 @@ int main(int argc, char **argv)
         if (!(nt = rd_kafka_NewTopic_new(argv[4], atoi(argv[5]), 1, err, sizeof(err)))) {
             fprintf(stderr, "kafka-admin: %s\n", err);
             return 2;
+        }
+        for (int i = 6; i < argc; i++) {
+            char name[256];
+            const char *eq = strchr(argv[i], '=');
+            if (!eq || eq == argv[i] || (size_t)(eq - argv[i]) >= sizeof(name)) {
+                fprintf(stderr, "kafka-admin: %s: not NAME=VALUE\n", argv[i]);
+                return 2;
+            }
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - argv[i]), argv[i]);
+            if (rd_kafka_NewTopic_set_config(nt, name, eq + 1) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                fprintf(stderr, "kafka-admin: %s: refused\n", argv[i]);
+                return 2;
+            }
         }
         rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
     } else if (op == CREATE_PARTITIONS) {
