@@ -150,6 +150,7 @@ void claim_result(struct relay *r, PGresult *res)
     if (r->mode == MODE_RUNNING && claim_requeue_seen(r, res))
         return;
     int n = PQntuples(res);
+    r->claim.full = n >= r->claim.limit;
     if (r->mode == MODE_RUNNING) {
         claim_shape(r, res);
         if (r->claim.floors_on)
@@ -203,6 +204,7 @@ void claim_result(struct relay *r, PGresult *res)
 static void claim_fail(struct relay *r, PGresult *res)
 {
     safety_pace(r);
+    r->claim.full = 0;
     /* No answer at all: the worker session was dropped under the claim, as when a claim
      * that read partitions from the bottom outlasted the lease deadline. Read fewer of
      * them per claim from now on (a long transaction keeps the pending index's dead head). */
@@ -332,6 +334,11 @@ void claim_send(struct relay *r)
     strbuf_destroy(&ids);
     strbuf_destroy(&paused);
     strbuf_destroy(&held);
+}
+
+int claim_more_coming(const struct relay *r)
+{
+    return r->mode == MODE_RUNNING && r->claim.full && (r->claim.wanted || r->stmt == &claim_stmt);
 }
 
 /* ---- the floors' proof (floor.h) -------------------------------------------------- */

@@ -49,6 +49,7 @@ struct claim_state {
     size_t n_blocked_keys;
     int quota;           /* rows per partition in the claim in flight */
     int wanted;          /* claim at the next kick (claim_want) */
+    int full;            /* the last claim came with as many rows as it asked for */
     /* After a row-level error in a batch (poison.c judges it), rows are claimed and published
      * one at a time until past this id, so the guilty row fails alone (and only then is
      * counted). */
@@ -463,6 +464,9 @@ size_t claim_rows_below_floors(const struct relay *r);
 
 /* A claim's result is there, rows of it perhaps still to produce. */
 int claim_in_hand(const struct relay *r);
+/* Exactly-once: more rows are on their way (a claim under way or due after a full one): the
+ * open transaction waits for them (sink_txn_hold). */
+int claim_more_coming(const struct relay *r);
 /* Exactly-once: the claim in hand was sent in the producer's current session (always 1
  * otherwise); a claim of a session that is gone is not produced. */
 int claim_of_session(const struct relay *r, int partition);

@@ -570,6 +570,7 @@ static const struct sink_ops kafka_ops = {
     .txn_version = kafka_txn_version,
     .txn_release = kafka_txn_release,
     .txn_kept = kafka_txn_kept,
+    .txn_hold = kafka_txn_hold,
     .txn_close = k_txn_close,
     .txn_stats = kafka_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS

@@ -69,6 +69,8 @@ struct kafka_txn {
     int wake[2];
     ev_io wake_io;
     uint64_t rows_produced;
+    int hold;              /* more rows are on their way (kafka_txn_hold) */
+    ev_timer hold_timer;   /* a transaction held open ends by TXN_MAX_MS */
     struct log_limit retry_log; /* a commit or abort called again and again */
 #ifdef OUTBOX_TEST_HOOKS
     long long test_kill_before_commit; /* SIGKILL before a commit once this many rows were produced */
@@ -124,6 +126,7 @@ void kafka_stats_free(struct kafka_sink *sk);
 /* The relay's own error codes, outside librdkafka's range. */
 #define KAFKA_ERR_UNCONFIRMED (-100001)
 #define KAFKA_ERR_TXN_ABORTED (-100002) /* its transaction was aborted: not the row's fault */
+#define TXN_MAX_MS 100 /* a transaction takes messages for at most this long */
 
 /* kafka_txn.c: everything exactly-once; called by kafka.c where a transaction changes
  * what it does. */
@@ -183,6 +186,23 @@ void kafka_txn_carry(struct sink *base, int group, uint64_t epoch, int64_t row_i
 uint64_t kafka_txn_version(const struct sink *base, int group, int64_t row_id);
 void kafka_txn_release(struct sink *base, int group, int64_t row_id, uint64_t version);
 void kafka_txn_kept(struct sink *base, int group, size_t n);
+/* Commits (or aborts) the open transaction, its messages all reported on. */
+void kafka_txn_end(struct kafka_sink *sk);
+/* kafka_txn_rows.c: the relay's hold (more rows on their way). */
+void kafka_txn_hold(struct sink *base, int on);
+/* Whether the open transaction, its messages all acknowledged, waits for more: held, before
+ * TXN_MAX_MS from its first message (its timer then ends it). */
+static inline int kafka_txn_held_open(struct kafka_sink *sk)
+{
+    struct kafka_txn *t = sk->txn;
+    int64_t left = t->opened_ms + TXN_MAX_MS - mono_ms();
+    if (!t->hold || left <= 0)
+        return 0;
+    ev_timer_stop(sk->loop, &t->hold_timer);
+    ev_timer_set(&t->hold_timer, (double)left / 1000.0, 0.0);
+    ev_timer_start(sk->loop, &t->hold_timer);
+    return 1;
+}
 void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out);
 
 #endif

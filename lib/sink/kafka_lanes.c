@@ -187,6 +187,13 @@ static void l_txn_release(struct sink *base, int group, int64_t row_id, uint64_t
     sink_txn_release(lane_of(base, group)->sk, 0, row_id, version);
 }
 
+static void l_txn_hold(struct sink *base, int on)
+{
+    struct kafka_lanes *ls = (struct kafka_lanes *)base;
+    for (int g = 0; g < ls->n; g++)
+        sink_txn_hold(ls->lane[g].sk, on);
+}
+
 static void l_txn_kept(struct sink *base, int group, size_t n)
 {
     sink_txn_kept(lane_of(base, group)->sk, 0, n);
@@ -250,6 +257,7 @@ static const struct sink_ops lanes_ops = {
     .txn_version = l_txn_version,
     .txn_release = l_txn_release,
     .txn_kept = l_txn_kept,
+    .txn_hold = l_txn_hold,
     .txn_close = l_txn_close,
     .txn_stats = l_txn_stats,
 #ifdef OUTBOX_TEST_HOOKS

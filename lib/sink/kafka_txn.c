@@ -22,7 +22,6 @@
 #include "sink/kafka_int.h"
 
 #define JOB_TIMEOUT_MS 1000    /* each blocking call; retriable timeouts are called again */
-#define TXN_MAX_MS 100         /* a transaction takes messages for at most this long */
 #define TXN_MAX_ROWS 8000      /* rows in a progress record (committed and not recorded; with
                                 * the rows kept for the standbys, at most EOS_TAIL_MAX_ROWS more:
                                 * a record stays under about 900 KB) */
@@ -272,9 +271,10 @@ static int produce_progress(struct kafka_sink *sk, int early)
 
 /* Every message of the open transaction is reported on: commit it with its progress
  * record, or abort it when one failed. */
-static void end_txn(struct kafka_sink *sk)
+void kafka_txn_end(struct kafka_sink *sk)
 {
     struct kafka_txn *t = sk->txn;
+    ev_timer_stop(sk->loop, &t->hold_timer); /* (a hold's, if any) */
     t->state = TXN_ENDING;
     t->ending_ms = mono_ms();
 #ifdef OUTBOX_TEST_HOOKS
@@ -364,8 +364,8 @@ void kafka_txn_report(struct kafka_sink *sk, void *opaque, int err, const char *
     }
     if (t->outstanding)
         t->outstanding--;
-    if (t->state == TXN_OPEN && t->outstanding == 0)
-        end_txn(sk);
+    if (t->state == TXN_OPEN && t->outstanding == 0 && !kafka_txn_held_open(sk))
+        kafka_txn_end(sk);
 }
 
 static void init_done(struct kafka_sink *sk, rd_kafka_error_t *e, const char *msg)
@@ -577,6 +577,7 @@ void kafka_txn_free(struct kafka_sink *sk)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
         ev_io_stop(sk->loop, &t->wake_io);
+        ev_timer_stop(sk->loop, &t->hold_timer);
     }
     if (t->done_err)
         rd_kafka_error_destroy(t->done_err);

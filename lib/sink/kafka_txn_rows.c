@@ -45,3 +45,35 @@ void kafka_txn_stats(const struct sink *base, struct sink_txn_stats *out)
     *out = t->stats;
     out->open_since_ms = (t->state == TXN_OPEN || t->state == TXN_ENDING) && t->n_held ? t->opened_ms : 0;
 }
+
+/* ---- a transaction held open for the rows on their way --------------------------------- */
+
+static void hold_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct kafka_sink *sk = w->data;
+    struct kafka_txn *t = sk->txn;
+    if (t->state == TXN_OPEN && t->n_held && t->outstanding == 0)
+        kafka_txn_end(sk);
+}
+
+/* The relay says whether more rows are on their way: a claim under way (or due) after one
+ * that came full. Held, an open transaction whose messages are all acknowledged waits for
+ * them (at most TXN_MAX_MS from its first message) instead of ending: in a drain each claim
+ * otherwise made a transaction of its own, and the next claim's rows waited for its commit
+ * (about 1,000 rows a transaction, and claims that did not overlap the transactions). */
+void kafka_txn_hold(struct sink *base, int on)
+{
+    struct kafka_sink *sk = (struct kafka_sink *)base;
+    struct kafka_txn *t = sk->txn;
+    if (!t || t->hold == on)
+        return;
+    if (!t->hold_timer.data) { /* (the first hold: kafka_txn_held_open starts it) */
+        ev_init(&t->hold_timer, hold_cb);
+        t->hold_timer.data = sk;
+    }
+    t->hold = on;
+    if (!on && t->state == TXN_OPEN && t->n_held && t->outstanding == 0)
+        kafka_txn_end(sk);
+}

@@ -127,7 +127,9 @@ struct sink_ops {
      * txn_close ends the group's session (its lease partitions were handed back: nothing of
      * it is in flight), so that holding it again fences and reads anew: 0, or -1 while a
      * fence and read (asked to stop) or a commit still runs, to be called again (the loop
-     * never waits for them). */
+     * never waits for them). txn_hold: more rows are on their way (a claim under way after
+     * a full one): an open transaction whose messages are all acknowledged waits for them,
+     * for at most its 100 ms, instead of ending. */
     int (*txn_open)(struct sink *sk, int group);
     uint64_t (*txn_epoch)(const struct sink *sk, int group);
     void (*txn_ready)(struct sink *sk, int group, uint64_t epoch);
@@ -136,6 +138,7 @@ struct sink_ops {
     void (*txn_release)(struct sink *sk, int group, int64_t row_id, uint64_t version);
     void (*txn_kept)(struct sink *sk, int group, size_t n);
     int (*txn_close)(struct sink *sk, int group);
+    void (*txn_hold)(struct sink *sk, int on);
     void (*txn_stats)(const struct sink *sk, struct sink_txn_stats *out);
 #ifdef OUTBOX_TEST_HOOKS
     void (*test_fatal)(struct sink *sk); /* raise a fatal producer error as a broker would */
@@ -263,6 +266,12 @@ static inline void sink_txn_kept(struct sink *sk, int group, size_t n)
 {
     if (sk->ops->txn_kept)
         sk->ops->txn_kept(sk, group, n);
+}
+
+static inline void sink_txn_hold(struct sink *sk, int on)
+{
+    if (sk->ops->txn_hold)
+        sk->ops->txn_hold(sk, on);
 }
 
 static inline int sink_txn_close(struct sink *sk, int group)
