@@ -336,9 +336,9 @@ void claim_send(struct relay *r)
     strbuf_destroy(&held);
 }
 
-int claim_more_coming(const struct relay *r)
+int claim_more_coming(const struct relay *r, int can_claim)
 {
-    return r->mode == MODE_RUNNING && r->claim.full && (r->claim.wanted || r->stmt == &claim_stmt);
+    return r->mode == MODE_RUNNING && r->claim.full && (r->stmt == &claim_stmt || can_claim);
 }
 
 /* ---- the floors' proof (floor.h) -------------------------------------------------- */

@@ -43,7 +43,7 @@ static void kick(struct relay *r)
     lease_check_deadline(r);
     sink_poll(r->sink);
     produce_claimed(r);
-    sink_txn_hold(r->sink, claim_more_coming(r)); /* (exactly-once; after the claim's rows went) */
+    sink_txn_hold(r->sink, claim_more_coming(r, claim_go(r))); /* (exactly-once; after the claim's rows went) */
     eos_tick(r);
     if (r->mode == MODE_RESETTING)
         reset_advance(r);

@@ -464,9 +464,10 @@ size_t claim_rows_below_floors(const struct relay *r);
 
 /* A claim's result is there, rows of it perhaps still to produce. */
 int claim_in_hand(const struct relay *r);
-/* Exactly-once: more rows are on their way (a claim under way or due after a full one): the
- * open transaction waits for them (sink_txn_hold). */
-int claim_more_coming(const struct relay *r);
+/* Exactly-once: more rows are on their way (sink_txn_hold): after a claim that came full,
+ * the next one is under way, or due and free to go now (can_claim: not while the in-flight
+ * window is full, a claim is in hand, or claims wait for a fence). */
+int claim_more_coming(const struct relay *r, int can_claim);
 /* Exactly-once: the claim in hand was sent in the producer's current session (always 1
  * otherwise); a claim of a session that is gone is not produced. */
 int claim_of_session(const struct relay *r, int partition);

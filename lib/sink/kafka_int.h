@@ -191,12 +191,16 @@ void kafka_txn_end(struct kafka_sink *sk);
 /* kafka_txn_rows.c: the relay's hold (more rows on their way). */
 void kafka_txn_hold(struct sink *base, int on);
 /* Whether the open transaction, its messages all acknowledged, waits for more: held, before
- * TXN_MAX_MS from its first message (its timer then ends it). */
+ * TXN_MAX_MS from its first message (its timer then ends it). Not one bound to abort, nor a
+ * dead-letter copy's (claimed rows cannot join it), nor one that holds a quarter of the
+ * in-flight window: its rows count against their Kafka partition's share until the commit
+ * (at least that quarter), which a held transaction would otherwise fill. */
 static inline int kafka_txn_held_open(struct kafka_sink *sk)
 {
     struct kafka_txn *t = sk->txn;
     int64_t left = t->opened_ms + TXN_MAX_MS - mono_ms();
-    if (!t->hold || left <= 0)
+    if (!t->hold || left <= 0 || t->failed || !t->n_held || t->held[0].row_id < 0 ||
+        t->n_held >= (size_t)sk->cfg->max_inflight / 4)
         return 0;
     ev_timer_stop(sk->loop, &t->hold_timer);
     ev_timer_set(&t->hold_timer, (double)left / 1000.0, 0.0);

@@ -90,7 +90,7 @@ static int progress_describe(const struct sink_config *cfg, rd_kafka_t *c, int *
 /* Until the topic just made has a leader in the consumer's metadata (about 2 s at most): the read
  * then starts at once. Else librdkafka asks for an unknown topic's leader again only at its
  * once-a-second scan (seen: every first read of a new progress topic took a second more). */
-static void await_leader(const struct sink_config *cfg, rd_kafka_t *c)
+static void await_leader(struct kafka_sink *sk, const struct sink_config *cfg, rd_kafka_t *c)
 {
     int64_t deadline = mono_ms() + 2000;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, cfg->progress_topic, NULL);
@@ -101,7 +101,7 @@ static void await_leader(const struct sink_config *cfg, rd_kafka_t *c)
                   md->topics[0].partitions[0].leader >= 0;
         if (md)
             rd_kafka_metadata_destroy(md);
-        if (led || mono_ms() >= deadline)
+        if (led || mono_ms() >= deadline || kafka_txn_cancelled(sk->txn))
             break;
         usleep(20 * 1000);
     }
@@ -147,7 +147,7 @@ static int progress_partition(struct kafka_sink *sk, rd_kafka_t *c, char *msg, s
         if (created) { /* else (made meanwhile by another relay too) read on the next try */
             log_info("kafka: created the progress topic %s (compacted, one partition, the broker's "
                      "default replication factor)", cfg->progress_topic);
-            await_leader(cfg, c);
+            await_leader(sk, cfg, c);
         } else {
             char hint[400];
             int code = !ev ? 0 : rd_kafka_event_error(ev) ? (int)rd_kafka_event_error(ev)
